@@ -1,0 +1,55 @@
+# NodeWright development targets. `make demo` and `make test` do their own set-up.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+COLL := .collections/ansible_collections/nodewright/fleet
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup venv link binaries demo test unit integration lint sanity build bench clean sim-up sim-down
+
+setup: venv link binaries
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q -e simulator
+	touch $@
+
+venv: $(BIN)/.installed
+
+# The work tree itself is the collection: a symlink makes it importable as
+# ansible_collections.nodewright.fleet without copying on every edit.
+link:
+	@mkdir -p $(dir $(COLL))
+	@ln -sfn ../../.. $(COLL)
+
+binaries:
+	bash simulator/build-binaries.sh
+
+demo: setup
+	$(BIN)/python -m nodewright_sim.demo
+
+test: setup
+	$(BIN)/pytest tests
+
+unit: venv link
+	$(BIN)/pytest -m unit tests
+
+integration: setup
+	$(BIN)/pytest -m integration tests
+
+lint: venv link
+	$(BIN)/ruff check plugins tests simulator bench
+	$(BIN)/ansible-lint --profile production
+
+build: link
+	$(BIN)/ansible-galaxy collection build --force --output-path .
+
+sim-up: setup
+	$(BIN)/nodewright-sim up
+
+sim-down:
+	$(BIN)/nodewright-sim down

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the simulator's control-plane binaries from the Go module proxy and caches
+# them outside the work tree. A binary is rebuilt only when it is missing or its
+# version changed (the version is part of the cached file name).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}
+bin="$cache/bin"
+mkdir -p "$bin"
+
+k8s_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/go/kubernetes/go.mod")
+etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3" {print $2}' "$here/go/etcd/go.mod")
+kwok_version=$(awk '$1=="sigs.k8s.io/kwok" {print $2}' "$here/go/kwok/go.mod")
+minor=$(echo "$k8s_version" | cut -d. -f2)
+
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+jobs=${NODEWRIGHT_BUILD_JOBS:-2}
+
+build() { # name version module-dir package [ldflags]
+  local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-}
+  local out="$bin/$name-$version"
+  if [ -x "$out" ]; then
+    ln -sfn "$name-$version" "$bin/$name"
+    return 0
+  fi
+  echo "building $name $version (one-time; cached in $bin)" >&2
+  local start=$SECONDS
+  (cd "$here/go/$dir" && go build -p "$jobs" -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
+  mv "$out.tmp" "$out"
+  ln -sfn "$name-$version" "$bin/$name"
+  echo "built $name in $((SECONDS - start))s" >&2
+}
+
+stamp="-X k8s.io/component-base/version.gitVersion=$k8s_version \
+-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+-X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
+-X k8s.io/component-base/version.gitTreeState=clean"
+
+build etcd "$etcd_version" etcd go.etcd.io/etcd/server/v3 \
+  "-X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"
+build kwok "$kwok_version" kwok sigs.k8s.io/kwok/cmd/kwok \
+  "-X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}"
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  build "$c" "$k8s_version" kubernetes "k8s.io/kubernetes/cmd/$c" "$stamp"
+done
+echo "$bin"
