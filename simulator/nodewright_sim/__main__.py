@@ -1,0 +1,5 @@
+import sys
+
+from nodewright_sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,292 @@
+"""GPU fleets for the simulator: node pools with the labels GPU Feature Discovery
+sets, and workloads that exercise a safe drain (Deployments with PDBs, DaemonSets,
+Jobs standing for training runs, standalone pods)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+import uuid
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from nodewright_sim import hostroot
+from nodewright_sim.cluster import SimulatorError
+
+K8S_VERSION_FALLBACK = "v1.36.3"
+
+# Facts per GPU product, as GPU Feature Discovery and nvidia-smi report them.
+GPUS = {
+    "h100": dict(product="NVIDIA-H100-80GB-HBM3", smi="NVIDIA H100 80GB HBM3", family="hopper",
+                 major="9", minor="0", count=8, memory=81559, arch="amd64", cpu="224", mem="2Ti"),
+    "h200": dict(product="NVIDIA-H200", smi="NVIDIA H200", family="hopper", major="9", minor="0",
+                 count=8, memory=143771, arch="amd64", cpu="224", mem="2Ti"),
+    "gh200": dict(product="NVIDIA-GH200-480GB", smi="NVIDIA GH200 480GB", family="hopper", major="9",
+                  minor="0", count=1, memory=97871, arch="arm64", cpu="72", mem="480Gi"),
+    "b200": dict(product="NVIDIA-B200", smi="NVIDIA B200", family="blackwell", major="10", minor="0",
+                 count=8, memory=183359, arch="amd64", cpu="224", mem="4Ti"),
+    "gb200": dict(product="NVIDIA-GB200", smi="NVIDIA GB200", family="blackwell", major="10", minor="0",
+                  count=4, memory=189471, arch="arm64", cpu="144", mem="960Gi"),
+    "b300": dict(product="NVIDIA-B300-SXM6-AC", smi="NVIDIA B300 SXM6 AC", family="blackwell", major="10",
+                 minor="3", count=8, memory=275040, arch="amd64", cpu="224", mem="4Ti"),
+    "gb300": dict(product="NVIDIA-GB300", smi="NVIDIA GB300", family="blackwell", major="10", minor="3",
+                  count=4, memory=284208, arch="arm64", cpu="144", mem="960Gi"),
+}
+
+# Profiles: pool -> share of the fleet, and the node count when none is given.
+PROFILES = {
+    "dev": {"nodes": 6, "pools": {"h100": 2, "h200": 1, "b200": 1, "gb200": 2}, "workloads": "light"},
+    "mixed": {"nodes": 24, "pools": {"h100": 8, "h200": 6, "b200": 4, "gb200": 6}, "workloads": "full"},
+    "large": {"nodes": 200, "pools": {"h100": 80, "h200": 50, "b200": 30, "gb200": 40}, "workloads": "full"},
+    "all-gpus": {"nodes": 7, "pools": {g: 1 for g in GPUS}, "workloads": "light"},
+    "bare": {"nodes": 4, "pools": {"h100": 2, "gb200": 2}, "workloads": "none"},
+}
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+NON_INTERRUPTIBLE_LABEL = ("app.kubernetes.io/component", "training")
+
+
+def profile_names():
+    return sorted(PROFILES)
+
+
+def split_counts(pools, total):
+    """Distribute ``total`` nodes over pools proportionally (largest remainder)."""
+    weight = sum(pools.values())
+    raw = {p: total * w / weight for p, w in pools.items()}
+    counts = {p: int(v) for p, v in raw.items()}
+    for p in sorted(raw, key=lambda p: (counts[p] - raw[p], p))[: total - sum(counts.values())]:
+        counts[p] += 1
+    return counts
+
+
+def api_client(kubeconfig):
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def node_manifest(name, pool, index, boot_id, k8s_version, root=None, managed=True):
+    g = GPUS[pool]
+    zone = ZONES[index % len(ZONES)]
+    labels = {
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": g["arch"],
+        "node.kubernetes.io/instance-type": "sim-%s-x%d" % (pool, g["count"]),
+        "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "sim-region",
+        "nodepool": pool, "type": "kwok",
+        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": g["product"],
+        "nvidia.com/gpu.family": g["family"], "nvidia.com/gpu.compute.major": g["major"],
+        "nvidia.com/gpu.compute.minor": g["minor"], "nvidia.com/gpu.count": str(g["count"]),
+        "nvidia.com/gpu.memory": str(g["memory"]), "nvidia.com/gpu.machine": "sim-%s" % pool,
+    }
+    if pool.startswith("gb"):
+        # NVL72-style NVLink domains: 18 trays of 4 GPUs per rack.
+        labels["nvidia.com/gpu.clique"] = "%s-rack-%d.1" % (pool, index // 18)
+    annotations = {"sim.nodewright.io/boot-id": boot_id, "node.alpha.kubernetes.io/ttl": "0"}
+    if managed:
+        annotations["kwok.x-k8s.io/node"] = "fake"
+    if root:
+        annotations["sim.nodewright.io/host-root"] = root
+    capacity = {"cpu": g["cpu"], "memory": g["mem"], "pods": "110", "ephemeral-storage": "7Ti",
+                "nvidia.com/gpu": str(g["count"])}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {},
+        "status": {
+            "capacity": capacity, "allocatable": dict(capacity),
+            "nodeInfo": {"architecture": g["arch"], "bootID": boot_id, "kernelVersion": hostroot.DEFAULT_KERNEL,
+                         "osImage": "Ubuntu 24.04.1 LTS", "containerRuntimeVersion": "containerd://1.7.27",
+                         "kubeletVersion": k8s_version, "kubeProxyVersion": k8s_version,
+                         "operatingSystem": "linux", "machineID": uuid.uuid4().hex,
+                         "systemUUID": str(uuid.uuid4())},
+        },
+    }
+
+
+class Fleet(object):
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.api = api_client(cluster.kubeconfig)
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.policy = client.PolicyV1Api(self.api)
+        self.base = None
+
+    @property
+    def nodes_dir(self):
+        return os.path.join(self.cluster.dir, "nodes")
+
+    def host_root(self, node):
+        return os.path.join(self.nodes_dir, node, "root")
+
+    def _k8s_version(self):
+        state = self.cluster.load() or {}
+        v = (state.get("versions") or {}).get("kube-apiserver", "")
+        return v.split()[-1] if v.startswith("Kubernetes") else K8S_VERSION_FALLBACK
+
+    def existing_indices(self, pool):
+        prefix = pool + "-"
+        names = [n.metadata.name for n in self.core.list_node(label_selector="nodepool=%s" % pool).items]
+        return {int(n[len(prefix):]) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()}
+
+    def add_nodes(self, pool, count, taints=(), host_roots=True, managed=True, workers=8):
+        if pool not in GPUS:
+            raise SimulatorError("unknown pool %r; known pools: %s" % (pool, ", ".join(sorted(GPUS))))
+        if host_roots and self.base is None:
+            self.base = hostroot.BaseImage(os.path.join(self.cluster.dir, "base-root")).prepare()
+        used = self.existing_indices(pool)
+        indices = []
+        i = 0
+        while len(indices) < count:
+            if i not in used:
+                indices.append(i)
+            i += 1
+        version = self._k8s_version()
+        g = GPUS[pool]
+
+        def make(index):
+            name = "%s-%04d" % (pool, index)
+            root = None
+            if host_roots:
+                root = self.host_root(name)
+                boot_id = hostroot.create(root, self.base, {
+                    "name": name, "arch": g["arch"], "gpu_name": g["smi"],
+                    "compute_cap": "%s.%s" % (g["major"], g["minor"]), "gpu_count": g["count"],
+                    "gpu_memory_mib": g["memory"]})
+            else:
+                boot_id = str(uuid.uuid4())
+            body = node_manifest(name, pool, index, boot_id, version, root, managed)
+            if taints:
+                body["spec"]["taints"] = [dict(t) for t in taints]
+            self.core.create_node(body)
+            return name
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool_exec:
+            return list(pool_exec.map(make, indices))
+
+    # --- workloads -----------------------------------------------------------
+    def _ensure_namespace(self, name):
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                self.core.read_namespaced_service_account("default", name)
+                return
+            except ApiException:
+                time.sleep(0.2)
+        raise SimulatorError("the default ServiceAccount of namespace %s never appeared "
+                             "(is the serviceaccount controller running?)" % name)
+
+    @staticmethod
+    def _pod_template(labels, node_selector=None, gpus=0, annotations=None, tolerate_all=False,
+                      restart="Always"):
+        container = {"name": "main", "image": "registry.invalid/sim/workload:1",
+                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+        if gpus:
+            container["resources"]["requests"]["nvidia.com/gpu"] = str(gpus)
+            container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+        spec = {"containers": [container], "restartPolicy": restart, "terminationGracePeriodSeconds": 5}
+        if node_selector:
+            spec["nodeSelector"] = node_selector
+        if tolerate_all:
+            spec["tolerations"] = [{"operator": "Exists"}]
+        return {"metadata": {"labels": labels, "annotations": annotations or {}}, "spec": spec}
+
+    def create_workloads(self, kind, counts):
+        if kind == "none":
+            return {}
+        made = {"deployments": 0, "pdbs": 0, "daemonsets": 0, "jobs": 0, "pods": 0}
+        for ns in ("workloads", "training", "gpu-monitoring"):
+            self._ensure_namespace(ns)
+        ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+              "metadata": {"name": "dcgm-exporter", "namespace": "gpu-monitoring"},
+              "spec": {"selector": {"matchLabels": {"app": "dcgm-exporter"}},
+                       "template": self._pod_template({"app": "dcgm-exporter"}, tolerate_all=True)}}
+        self.apps.create_namespaced_daemon_set("gpu-monitoring", ds)
+        made["daemonsets"] += 1
+        for pool, n in sorted(counts.items()):
+            if not n:
+                continue
+            replicas = max(2, n) if kind == "full" else max(1, n // 2)
+            labels = {"app": "inference-%s" % pool}
+            dep = {"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "inference-%s" % pool, "namespace": "workloads"},
+                   "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                            "template": self._pod_template(labels, {"nodepool": pool}, gpus=1)}}
+            self.apps.create_namespaced_deployment("workloads", dep)
+            pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                   "metadata": {"name": "inference-%s" % pool, "namespace": "workloads"},
+                   "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
+            self.policy.create_namespaced_pod_disruption_budget("workloads", pdb)
+            made["deployments"] += 1
+            made["pdbs"] += 1
+            if kind == "full":
+                for j in range(max(1, n // 4)):
+                    self.create_training_job("train-%s-%d" % (pool, j), pool, run_for="45s",
+                                             gpus=max(1, GPUS[pool]["count"] // 2))
+                    made["jobs"] += 1
+        if kind == "full":
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "debug-shell", "namespace": "workloads", "labels": {"app": "debug"}},
+                   "spec": self._pod_template({"app": "debug"})["spec"]}
+            self.core.create_namespaced_pod("workloads", pod)
+            made["pods"] += 1
+        return made
+
+    def create_training_job(self, name, pool=None, run_for="45s", gpus=4, namespace="training",
+                            node_name=None):
+        labels = {"app": name, NON_INTERRUPTIBLE_LABEL[0]: NON_INTERRUPTIBLE_LABEL[1]}
+        selector = {"nodepool": pool} if pool else {}
+        if node_name:
+            selector = {"kubernetes.io/hostname": node_name}
+        template = self._pod_template(labels, selector, gpus=gpus, annotations={"sim.nodewright.io/run-for": run_for},
+                                      restart="Never")
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+               "spec": {"backoffLimit": 0, "template": template}}
+        return self.batch.create_namespaced_job(namespace, job)
+
+    # --- readiness -------------------------------------------------------------
+    def wait_ready(self, expected_nodes, timeout=120):
+        """Wait until the nodes are Ready and every workload pod is Running or done."""
+        deadline = time.time() + timeout
+        pending = None
+        while time.time() < deadline:
+            nodes = self.core.list_node(label_selector="type=kwok").items
+            ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True"
+                                             for c in (n.status.conditions or []))]
+            if len(ready) >= expected_nodes:
+                pods = self.core.list_pod_for_all_namespaces().items
+                pending = [p for p in pods if p.status.phase not in ("Running", "Succeeded")]
+                deployments = self.apps.list_deployment_for_all_namespaces().items
+                short = [d for d in deployments if (d.status.ready_replicas or 0) < (d.spec.replicas or 0)]
+                if not pending and not short:
+                    return {"nodes": len(ready), "pods": len(pods)}
+            time.sleep(0.5)
+        raise SimulatorError("fleet not ready after %ds: %s" % (timeout, ", ".join(
+            "%s/%s %s" % (p.metadata.namespace, p.metadata.name, p.status.phase) for p in (pending or [])[:10])
+            or "nodes not Ready"))
+
+
+def create_fleet(cluster, profile="dev", nodes=None, wait=True, timeout=120):
+    if profile not in PROFILES:
+        raise SimulatorError("unknown fleet profile %r; known profiles: %s" % (profile, ", ".join(profile_names())))
+    spec = PROFILES[profile]
+    total = nodes if nodes is not None else spec["nodes"]
+    if total < 0:
+        raise SimulatorError("--nodes must be zero or more")
+    counts = split_counts(spec["pools"], total)
+    fleet = Fleet(cluster)
+    for pool, n in sorted(counts.items()):
+        if n:
+            fleet.add_nodes(pool, n)
+    made = fleet.create_workloads(spec["workloads"], counts)
+    result = {"profile": profile, "nodes": total, "pools": counts, "workloads": made}
+    if wait:
+        result.update(fleet.wait_ready(total, timeout=timeout))
+    return result

@@ -1,0 +1,348 @@
+"""Per-node host roots: a small Linux userland (busybox) that package scripts really
+run in through chroot, with stand-ins for the commands that would touch this
+machine's kernel or init system. Each stand-in records what it was asked in
+``/var/lib/nodewright-sim/actions.log`` and changes only that node's simulated
+state: ``/proc/sys`` and ``/proc/cmdline`` are plain files here, and
+``boot()`` rebuilds them from persisted configuration the way a real boot does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import uuid
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIM_DIR = "var/lib/nodewright-sim"
+REBOOT_REQUEST = "run/nodewright-sim/reboot-requested"
+NODE_ENV = "etc/nodewright-sim/node.env"
+DEFAULT_KERNEL = "6.8.0-45-generic"
+BASE_CMDLINE = "ro quiet"
+BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
+
+# Commands whose busybox applet would act on the real machine, or that the
+# simulator emulates per node.
+STANDINS = ("sysctl", "reboot", "shutdown", "systemctl", "service", "modprobe", "lsmod",
+            "update-grub", "grub-mkconfig", "grub2-mkconfig", "uname", "nvidia-smi",
+            "apt-get", "apt", "dpkg", "dpkg-query", "dnf", "yum", "rpm")
+NEVER_LINK = {"halt", "poweroff", "init", "linuxrc", "insmod", "rmmod", "mount", "umount",
+              "swapon", "swapoff", "switch_root", "pivot_root", "chroot", "ifconfig", "ip",
+              "route", "hwclock", "klogd", "syslogd", "mdev", "losetup", "fdisk", "mkfs.ext2",
+              "mke2fs", "mkswap", "reboot", "shutdown", "sysctl", "modprobe", "lsmod", "uname",
+              "depmod", "kill", "killall", "killall5", "pkill", "nsenter", "unshare"}
+
+
+class HostRootError(RuntimeError):
+    pass
+
+
+def find_busybox():
+    for path in BUSYBOX_CANDIDATES:
+        if os.path.isfile(path) and _is_static(path):
+            return path
+    raise HostRootError(
+        "a static busybox is needed for the simulator's node host roots: "
+        "install Debian's busybox-static (apt-get install busybox-static)")
+
+
+def _is_static(path):
+    try:
+        out = subprocess.run(["file", "-L", path], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        with open(path, "rb") as fh:
+            return b"/lib64/ld-linux" not in fh.read(8192) and b"/lib/ld-linux" not in fh.read(8192)
+    return "statically linked" in out or "static-pie" in out
+
+
+def sysctl_defaults():
+    return yaml.safe_load(_read(os.path.join(HERE, "sysctl_defaults.yaml")))
+
+
+def _sysctl_path(root, key):
+    return os.path.join(root, "proc/sys", *key.split("."))
+
+
+class BaseImage(object):
+    """A template root prepared once per simulator; node roots hard-link it."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def prepare(self):
+        if os.path.exists(os.path.join(self.path, ".ready")):
+            return self
+        bb = find_busybox()
+        tmp = self.path + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in ("bin", "etc", "usr/lib/nodewright-sim", "tmp", "root"):
+            os.makedirs(os.path.join(tmp, d), exist_ok=True)
+        shutil.copy2(bb, os.path.join(tmp, "bin/busybox"))
+        applets = subprocess.run([bb, "--list"], capture_output=True, text=True, check=True).stdout.split()
+        for applet in applets:
+            if applet in NEVER_LINK or applet == "busybox":
+                continue
+            os.symlink("busybox", os.path.join(tmp, "bin", applet))
+        # Scripts run under real shells: busybox's own sh prefers its applets over
+        # PATH, which would bypass the stand-ins.
+        for shell in ("bash", "dash"):
+            _copy_with_libraries(shutil.which(shell) or "/bin/" + shell, tmp)
+        os.unlink(os.path.join(tmp, "bin/sh"))
+        os.symlink("dash", os.path.join(tmp, "bin/sh"))
+        for d, target in (("sbin", "bin"), ("usr/bin", "../bin"), ("usr/sbin", "../bin")):
+            os.symlink(target, os.path.join(tmp, d))
+        standins = os.path.join(HERE, "standins")
+        for name in sorted(os.listdir(standins)):
+            dest = os.path.join(tmp, "usr/lib/nodewright-sim" if name.startswith("_") else "bin", name)
+            if os.path.lexists(dest):
+                os.unlink(dest)  # a busybox applet link: the stand-in replaces it
+            shutil.copyfile(os.path.join(standins, name), dest)
+            os.chmod(dest, 0o755)
+        with open(os.path.join(tmp, "etc/passwd"), "w") as fh:
+            fh.write("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+        with open(os.path.join(tmp, "etc/group"), "w") as fh:
+            fh.write("root:x:0:\nnogroup:x:65534:\n")
+        open(os.path.join(tmp, ".ready"), "w").close()
+        os.replace(tmp, self.path) if not os.path.exists(self.path) else None
+        return self
+
+
+def _copy_with_libraries(binary, dest_root):
+    """Copy a dynamically linked program and the shared libraries ldd names."""
+    real = os.path.realpath(binary)
+    dest = os.path.join(dest_root, "bin", os.path.basename(binary))
+    if os.path.lexists(dest):
+        os.unlink(dest)
+    shutil.copy2(real, dest)
+    out = subprocess.run(["ldd", real], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        m = re.search(r"(/\S+)\s+\(0x", line)
+        if not m:
+            continue
+        lib = m.group(1)
+        target = os.path.join(dest_root, lib.lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            shutil.copy2(os.path.realpath(lib), target)
+
+
+def _make_devices(root):
+    dev = os.path.join(root, "dev")
+    os.makedirs(dev, exist_ok=True)
+    for name, minor in (("null", 3), ("zero", 5), ("random", 8), ("urandom", 9)):
+        path = os.path.join(dev, name)
+        if not os.path.exists(path):
+            try:
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+            except PermissionError:
+                open(path, "w").close()
+
+
+def create(root, base, node):
+    """Lay out a node's host root. ``node`` carries the facts the stand-ins answer
+    with: name, arch, gpu_name, compute_cap, gpu_count, gpu_memory_mib, os_id."""
+    os.makedirs(root, exist_ok=True)
+    _make_devices(root)
+    for dirpath, dirnames, filenames in os.walk(base.path):
+        rel = os.path.relpath(dirpath, base.path)
+        dest_dir = os.path.join(root, rel) if rel != "." else root
+        os.makedirs(dest_dir, exist_ok=True)
+        for name in dirnames + filenames:
+            src = os.path.join(dirpath, name)
+            dst = os.path.join(dest_dir, name)
+            if name == ".ready" or os.path.lexists(dst):
+                continue
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+                if name in dirnames:
+                    dirnames.remove(name)
+            elif os.path.isfile(src):
+                if rel.split("/")[0] in ("bin", "lib", "lib64", "usr"):
+                    os.link(src, dst)  # shared, read-mostly: the userland
+                else:
+                    shutil.copy2(src, dst)
+    for d in ("etc/sysctl.d", "etc/modprobe.d", "etc/modules-load.d", "etc/default/grub.d",
+              "etc/systemd/system", "etc/nodewright-sim", "var/lib", "var/log", "run", "boot/grub",
+              SIM_DIR + "/pkgdb"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    machine = "aarch64" if node.get("arch") == "arm64" else "x86_64"
+    env = {
+        "NODE_NAME": node["name"], "MACHINE": machine,
+        "GPU_NAME": node.get("gpu_name", ""), "COMPUTE_CAP": node.get("compute_cap", ""),
+        "GPU_COUNT": str(node.get("gpu_count", 0)), "GPU_MEMORY_MIB": str(node.get("gpu_memory_mib", 0)),
+        "DRIVER_VERSION": node.get("driver_version", "580.95.05"), "OS_ID": node.get("os_id", "ubuntu"),
+    }
+    with open(os.path.join(root, NODE_ENV), "w") as fh:
+        for k, v in env.items():
+            fh.write("%s=%s\n" % (k, shlex.quote(v)))
+    os_release = {"ubuntu": 'ID=ubuntu\nVERSION_ID="24.04"\nPRETTY_NAME="Ubuntu 24.04 LTS"\n',
+                  "cos": 'ID=cos\nVERSION_ID=121\nPRETTY_NAME="Container-Optimized OS"\n'}
+    with open(os.path.join(root, "etc/os-release"), "w") as fh:
+        fh.write(os_release.get(env["OS_ID"], os_release["ubuntu"]))
+    with open(os.path.join(root, "etc/default/grub"), "w") as fh:
+        fh.write('GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')
+    for unit in ("containerd.service", "kubelet.service", "systemd-sysctl.service",
+                 "nvidia-persistenced.service", "kdump-tools.service", "procps.service"):
+        with open(os.path.join(root, "etc/systemd/system", unit), "w") as fh:
+            fh.write("[Unit]\nDescription=%s (simulated)\n[Service]\nExecStart=/bin/true\n" % unit)
+    with open(os.path.join(root, SIM_DIR, "pkgdb/installed"), "w") as fh:
+        fh.write("linux-image-%s %s\nopenssl 3.0.13-0ubuntu3.1\ncontainerd 1.7.12-0ubuntu4\n"
+                 % (DEFAULT_KERNEL, DEFAULT_KERNEL))
+    with open(os.path.join(root, SIM_DIR, "pkgdb/available"), "w") as fh:
+        fh.write("openssl 3.0.13-0ubuntu3.4\ncontainerd 1.7.27-0ubuntu1\n"
+                 "linux-image-6.8.0-51-generic 6.8.0-51-generic\nkdump-tools 1:1.8.1ubuntu1\n")
+    etc_snapshot = sorted(os.path.relpath(os.path.join(d, f), root)
+                          for d, _, fs in os.walk(os.path.join(root, "etc")) for f in fs)
+    with open(os.path.join(root, SIM_DIR, "etc-manifest"), "w") as fh:
+        fh.write("\n".join(etc_snapshot) + "\n")
+    with open(os.path.join(root, SIM_DIR, "kernel"), "w") as fh:
+        fh.write(DEFAULT_KERNEL + "\n")
+    return boot(root)
+
+
+def _read(path, default=""):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return default
+
+
+def _node_env(root):
+    env = {}
+    for line in _read(os.path.join(root, NODE_ENV)).splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            env[k] = (shlex.split(v) or [""])[0]
+    return env
+
+
+def _cmdline_from_grub_cfg(root, kernel):
+    cfg = _read(os.path.join(root, "boot/grub/grub.cfg"))
+    m = re.search(r"^\s*linux\s+(\S+)\s+(.*)$", cfg, re.M)
+    if m:
+        return "BOOT_IMAGE=%s %s" % (m.group(1), " ".join(m.group(2).split()))
+    return "BOOT_IMAGE=/boot/vmlinuz-%s root=/dev/sda1 %s" % (kernel, BASE_CMDLINE)
+
+
+def _parse_sysctl_file(text):
+    for line in text.splitlines():
+        line = re.sub(r"[#;].*$", "", line).strip()
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        yield key.strip().lstrip("-"), value.strip()
+
+
+def boot(root):
+    """Simulate a boot: runtime state is rebuilt from defaults and persisted config.
+
+    Returns the new boot ID. Runtime-only changes (``sysctl -w``, ``modprobe`` without
+    a modules-load.d entry) are gone; ``/etc/sysctl.d``, modules-load.d, modprobe.d
+    options and the GRUB command line take effect. On COS, ``/etc`` is reset to its
+    image first, as the real OS does.
+    """
+    env = _node_env(root)
+    if env.get("OS_ID") == "cos":
+        keep = set(_read(os.path.join(root, SIM_DIR, "etc-manifest")).split())
+        for d, _, files in os.walk(os.path.join(root, "etc")):
+            for f in files:
+                if os.path.relpath(os.path.join(d, f), root) not in keep:
+                    os.unlink(os.path.join(d, f))
+    shutil.rmtree(os.path.join(root, "run"), ignore_errors=True)
+    shutil.rmtree(os.path.join(root, "proc"), ignore_errors=True)
+    shutil.rmtree(os.path.join(root, "sys"), ignore_errors=True)
+    os.makedirs(os.path.join(root, "run/nodewright-sim/units"), exist_ok=True)
+    next_kernel = os.path.join(root, SIM_DIR, "next-kernel")
+    kernel = _read(next_kernel).strip() or _read(os.path.join(root, SIM_DIR, "kernel")).strip() or DEFAULT_KERNEL
+    with open(os.path.join(root, SIM_DIR, "kernel"), "w") as fh:
+        fh.write(kernel + "\n")
+    values = dict(sysctl_defaults())
+    values["kernel.osrelease"] = kernel
+    values["kernel.hostname"] = env.get("NODE_NAME", "node")
+    boot_id = str(uuid.uuid4())
+    values["kernel.random.boot_id"] = boot_id
+    # systemd-sysctl at boot: files sorted by name across directories, /etc wins.
+    files = {}
+    for d in ("usr/lib/sysctl.d", "run/sysctl.d", "etc/sysctl.d"):
+        full = os.path.join(root, d)
+        for name in sorted(os.listdir(full)) if os.path.isdir(full) else ():
+            if name.endswith(".conf"):
+                files[name] = os.path.join(full, name)
+    applied = [files[n] for n in sorted(files)] + [os.path.join(root, "etc/sysctl.conf")]
+    for path in applied:
+        for key, value in _parse_sysctl_file(_read(path)):
+            if key in values:
+                values[key] = value
+    for key, value in values.items():
+        path = _sysctl_path(root, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(value + "\n")
+    with open(os.path.join(root, "proc/cmdline"), "w") as fh:
+        fh.write(_cmdline_from_grub_cfg(root, kernel) + "\n")
+    modules = ["nvidia", "nvidia_uvm", "nvidia_modeset"] if env.get("GPU_COUNT", "0") != "0" else []
+    for d in ("etc/modules-load.d", "usr/lib/modules-load.d"):
+        full = os.path.join(root, d)
+        for name in sorted(os.listdir(full)) if os.path.isdir(full) else ():
+            for line in _read(os.path.join(full, name)).splitlines():
+                line = line.split("#")[0].strip()
+                if line and line.replace("-", "_") not in modules:
+                    modules.append(line.replace("-", "_"))
+    with open(os.path.join(root, "proc/modules"), "w") as fh:
+        for m in modules:
+            fh.write("%s 16384 0 - Live 0x0000000000000000\n" % m)
+    options = {}
+    for name in sorted(os.listdir(os.path.join(root, "etc/modprobe.d"))) if os.path.isdir(
+            os.path.join(root, "etc/modprobe.d")) else ():
+        for line in _read(os.path.join(root, "etc/modprobe.d", name)).splitlines():
+            parts = line.split("#")[0].split()
+            if len(parts) >= 3 and parts[0] == "options":
+                options.setdefault(parts[1].replace("-", "_"), []).extend(parts[2:])
+    for m in modules:
+        pdir = os.path.join(root, "sys/module", m, "parameters")
+        os.makedirs(pdir, exist_ok=True)
+        for opt in options.get(m, []):
+            k, _, v = opt.partition("=")
+            with open(os.path.join(pdir, k), "w") as fh:
+                fh.write(v + "\n")
+    governor = "powersave"
+    for line in _read(os.path.join(root, "etc/default/cpufrequtils")).splitlines():
+        if line.startswith("GOVERNOR="):
+            governor = line.split("=", 1)[1].strip().strip('"')
+    for cpu in range(4):
+        gdir = os.path.join(root, "sys/devices/system/cpu/cpu%d/cpufreq" % cpu)
+        os.makedirs(gdir, exist_ok=True)
+        with open(os.path.join(gdir, "scaling_governor"), "w") as fh:
+            fh.write(governor + "\n")
+    units = os.path.join(root, "run/nodewright-sim/units")
+    wants = os.path.join(root, "etc/systemd/system/multi-user.target.wants")
+    for unit in os.listdir(wants) if os.path.isdir(wants) else ():
+        with open(os.path.join(units, unit), "w") as fh:
+            fh.write("active\n")
+    for unit in ("containerd.service", "kubelet.service", "systemd-sysctl.service"):
+        with open(os.path.join(units, unit), "w") as fh:
+            fh.write("active\n")
+    with open(os.path.join(root, SIM_DIR, "actions.log"), "a") as fh:
+        fh.write("boot %s kernel=%s\n" % (boot_id, kernel))
+    return boot_id
+
+
+def reboot_requested(root):
+    return os.path.exists(os.path.join(root, REBOOT_REQUEST))
+
+
+def boot_id(root):
+    return _read(os.path.join(root, "proc/sys/kernel/random/boot_id")).strip()
+
+
+def run(root, command, env=None, timeout=120):
+    """Run a shell command inside a node's host root (chroot), as a package step would."""
+    return subprocess.run(["chroot", root, "/bin/sh", "-c", command], capture_output=True, text=True,
+                          env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "HOME": "/root", **(env or {})}, timeout=timeout)

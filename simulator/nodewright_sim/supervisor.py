@@ -1,0 +1,70 @@
+"""The simulator's supervisor: performs node reboots.
+
+A reboot is requested from inside a node's host root (the ``reboot`` stand-in) or by
+``nodewright-sim reboot NODE``; both leave a request file in the host root. The
+supervisor then powers the node off (kwok marks it NotReady), waits the reboot
+delay, boots the host root (runtime state rebuilt from persisted configuration,
+new boot ID) and powers the node on (kwok marks it Ready with the new bootID).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from kubernetes import client, config
+
+from nodewright_sim import hostroot
+
+POWER = "sim.nodewright.io/power"
+BOOT_ID = "sim.nodewright.io/boot-id"
+
+
+def reboot_node(core, name, root, delay):
+    core.patch_node(name, {"metadata": {"annotations": {POWER: "off"}}})
+    time.sleep(delay)
+    new_id = hostroot.boot(root)
+    core.patch_node(name, {"metadata": {"annotations": {POWER: None, BOOT_ID: new_id}}})
+    return new_id
+
+
+def main(state_dir):
+    with open(os.path.join(state_dir, "state.json")) as fh:
+        delay = float(json.load(fh).get("reboot_delay", 3.0))
+    core = client.CoreV1Api(config.new_client_from_config(config_file=os.path.join(state_dir, "kubeconfig")))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    busy = set()
+    lock = threading.Lock()
+
+    def worker(name, root):
+        try:
+            new_id = reboot_node(core, name, root, delay)
+            print("rebooted %s boot_id=%s" % (name, new_id), flush=True)
+        except Exception as exc:  # keep supervising the other nodes
+            print("reboot of %s failed: %s" % (name, exc), flush=True)
+        finally:
+            with lock:
+                busy.discard(name)
+
+    pattern = os.path.join(state_dir, "nodes", "*", "root", hostroot.REBOOT_REQUEST)
+    while not stop.is_set():
+        for request in glob.glob(pattern):
+            root = request[: -len(hostroot.REBOOT_REQUEST) - 1]
+            name = os.path.basename(os.path.dirname(root))
+            with lock:
+                if name in busy:
+                    continue
+                busy.add(name)
+            os.unlink(request)
+            threading.Thread(target=worker, args=(name, root), daemon=True).start()
+        stop.wait(0.5)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
