@@ -48,6 +48,40 @@ class Sim(object):
         self.fleet._ensure_namespace(name)
         return name
 
+    def playbook(self, tmp_path, play, hosts=None, extra_args=(), check=False):
+        """Run one play with ansible-playbook against simulator nodes (local connection,
+        each node's host root as ``nodewright_host_root``). Returns the CompletedProcess."""
+        import json
+        import subprocess
+        import sys
+
+        import yaml
+        inv = {"all": {"hosts": {}, "vars": {"ansible_connection": "local",
+                                             "ansible_python_interpreter": sys.executable}}}
+        for h in hosts or []:
+            inv["all"]["hosts"][h] = {"nodewright_host_root": self.host_root(h)}
+        (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+        play = dict(play)
+        play.setdefault("hosts", "all")
+        play.setdefault("gather_facts", False)
+        (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+        cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+               str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")] + list(extra_args)
+        if check:
+            cmd.append("--check")
+        env = self.env()
+        env["ANSIBLE_CALLBACKS_ENABLED"] = "nodewright.fleet.report"
+        env["NODEWRIGHT_REPORT_PATH"] = str(tmp_path / "report.json")
+        env["NODEWRIGHT_REPORT_TASKS"] = "1"
+        env["ANSIBLE_LOCALHOST_WARNING"] = "false"
+        env["ANSIBLE_DEPRECATION_WARNINGS"] = "false"
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path))
+        try:
+            proc.json = json.loads((tmp_path / "report.json").read_text())
+        except (OSError, ValueError):
+            proc.json = None
+        return proc
+
     def env(self):
         env = dict(os.environ)
         env["KUBECONFIG"] = self.kubeconfig

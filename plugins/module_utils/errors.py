@@ -49,4 +49,4 @@ class ClusterError(NodeWrightError):
 
 
 class TimeoutExceeded(NodeWrightError):
-    """A wait ran past its deadline."""
+    """A wait ran past its deadline. ``details['result']`` holds what was seen."""

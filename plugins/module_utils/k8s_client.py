@@ -12,7 +12,9 @@ file (``kubeconfig`` option, ``K8S_AUTH_KUBECONFIG``, ``KUBECONFIG``, then
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
 
@@ -52,6 +54,7 @@ AUTH_ARG_SPEC = {
 }
 
 _TRUE = ("1", "true", "yes", "on")
+_TRANSPORT_ERRORS = (OSError, urllib3.exceptions.HTTPError) if HAS_KUBERNETES else (OSError,)
 
 
 def require_kubernetes():
@@ -137,6 +140,7 @@ def build_configuration(auth):
     if not cfg.verify_ssl:
         urllib3.disable_warnings()
     cfg.retries = 2
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 64)  # parallel evictions
     return cfg
 
 
@@ -156,21 +160,26 @@ def get_api_client(params=None, environ=None):
 
 
 def explain_api_error(exc, what, target=None):
-    """Turn an API or connection failure into a ClusterError a person can act on."""
+    """Turn an API or connection failure into a ClusterError a person can act on.
+
+    The HTTP status, when there is one, is in ``error.details["status"]``.
+    """
     where = (" at %s" % target) if target else ""
     status = getattr(exc, "status", None)
     if status == 401:
         return ClusterError("%s: the API server%s rejected the credentials (401)" % (what, where),
-                            hint="the token or certificate is missing, wrong or expired; refresh the credential")
+                            hint="the token or certificate is missing, wrong or expired; refresh the credential",
+                            status=status)
     if status == 403:
         reason = _api_message(exc)
         return ClusterError("%s: forbidden (403): %s" % (what, reason),
                             hint="grant the missing permission (see deploy/ for NodeWright's least-privilege "
-                                 "ClusterRole)")
+                                 "ClusterRole)", status=status)
     if status == 404:
-        return ClusterError("%s: not found (404): %s" % (what, _api_message(exc)))
+        return ClusterError("%s: not found (404): %s" % (what, _api_message(exc)), status=status)
     if status:
-        return ClusterError("%s: HTTP %s from the API server%s: %s" % (what, status, where, _api_message(exc)))
+        return ClusterError("%s: HTTP %s from the API server%s: %s" % (what, status, where, _api_message(exc)),
+                            status=status)
     return ClusterError("%s: cannot reach the Kubernetes API server%s: %s" % (what, where, _short(exc)),
                         hint="check that the cluster is up and the address and port are right")
 
@@ -203,5 +212,99 @@ def call(what, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except ApiException as exc:
         raise explain_api_error(exc, what)
-    except (OSError, urllib3.exceptions.HTTPError if HAS_KUBERNETES else OSError) as exc:
+    except _TRANSPORT_ERRORS as exc:
         raise explain_api_error(exc, what)
+
+
+# --- Raw JSON reads -------------------------------------------------------------------
+# The generated API classes deserialise every object into model instances; at
+# thousands of nodes or pods that costs more than the transfer itself, and importing
+# CoreV1Api alone takes a good part of a second. Reads that only need the data use
+# these helpers: one GET through the same ApiClient (auth, TLS, proxy, retries), the
+# body decoded with json.loads.
+
+_JSON_HEADERS = {"Accept": "application/json"}
+
+
+def _raw_get(api, path, query, timeout):
+    if hasattr(api, "param_serialize"):  # clients generated with pydantic models (kubernetes >= 35)
+        method, url, headers, body, post = api.param_serialize(
+            "GET", path, query_params=list(query), header_params=dict(_JSON_HEADERS),
+            auth_settings=["BearerToken"])
+        resp = api.call_api(method, url, header_params=headers, _request_timeout=timeout)
+        data = resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return data
+    resp = api.call_api(path, "GET", query_params=list(query), header_params=dict(_JSON_HEADERS),
+                        auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                        _request_timeout=timeout)
+    try:
+        return resp.data
+    finally:
+        resp.release_conn()
+
+
+def _decode(data, what):
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ClusterError("%s: the API server sent a response that is not JSON (%s)" % (what, exc))
+
+
+def get_json(api, path, what, query=(), timeout=None):
+    """GET ``path`` (e.g. ``/api/v1/nodes``) and return the decoded JSON; ClusterError on failure."""
+    return _decode(call(what, _raw_get, api, path, query, timeout), what)
+
+
+# The API server writes a list's metadata (and so its continue token) before its items.
+_CONTINUE_RE = re.compile(rb'^\{[^\[]{0,2048}?"continue":"([^"\\]*)"')
+
+
+def _expired(exc, what):
+    if exc.details.get("status") == 410:
+        return ClusterError("%s: the listing took longer than the API server keeps its continue token "
+                            "(410 Gone)" % what,
+                            hint="run it again; a larger page size makes fewer, longer requests", status=410)
+    return exc
+
+
+def list_pages(api, path, what, query=(), page_size=500, timeout=None):
+    """Yield the ``items`` of each page of a paginated LIST (``limit`` and ``continue``).
+
+    While the caller works on one page the next one is already being fetched (its
+    continue token is read from the head of the raw page), so the API server's time
+    and the caller's overlap.
+    """
+    base = list(query) + [("limit", page_size)]
+    pool = None
+
+    def fetch(token):
+        return call(what, _raw_get, api, path, base + ([("continue", token)] if token else []), timeout)
+
+    try:
+        raw = fetch(None)
+        while True:
+            match = _CONTINUE_RE.match(raw)
+            pending = None
+            if match and match.group(1):
+                if pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+                    pool = ThreadPoolExecutor(max_workers=1)
+                pending = pool.submit(fetch, match.group(1).decode("ascii"))
+            page = _decode(raw, what)
+            raw = None
+            yield page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            page = None
+            if pending is not None and token == match.group(1).decode("ascii"):
+                raw = pending.result()
+            else:
+                raw = fetch(token)
+    except ClusterError as exc:
+        raise _expired(exc, what)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)

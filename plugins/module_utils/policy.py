@@ -327,7 +327,10 @@ class Compartment(object):
     def to_dict(self):
         out = {"name": self.name, "budget": self.budget.to_dict()}
         if self.name != DEFAULT_COMPARTMENT:
-            out["selector"] = self.selector_source if self.selector_source is not None else {}
+            source = self.selector_source
+            if isinstance(source, Selector):
+                source = source.to_string()
+            out["selector"] = source if source is not None else {}
         strategy = self.strategy.to_dict() if self.strategy is not None else None
         if strategy is not None:
             out["strategy"] = strategy
@@ -565,7 +568,8 @@ def parse_policy(spec, where="spec"):
                           strategy=default_strategy)
 
     compartments = []
-    raw = spec.get("compartments") or []
+    raw = spec.get("compartments")
+    raw = [] if raw is None else raw
     comps_path = _path(where, "compartments")
     if not isinstance(raw, list):
         raise ValidationError("must be a list of compartments", field=comps_path)
@@ -785,12 +789,18 @@ class RolloutState(object):
     def from_dict(cls, policy, data):
         data = data or {}
         pending = data.get("pendingWave")
+        if pending:
+            try:
+                pending = Wave.from_dict(pending)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise ValidationError("the recorded pending wave is malformed", field="rolloutState.pendingWave",
+                                      hint="reset the rollout state of this resource, then rerun")
         return cls(policy,
                    batches={name: BatchState.from_dict(b, "batchStates.%s" % name)
                             for name, b in (data.get("batchStates") or {}).items()},
                    succeeded=data.get("succeeded") or (), failed=data.get("failed") or (),
                    blocked=data.get("blocked") or (), wave_number=int(data.get("waveNumber") or 0),
-                   pending=Wave.from_dict(pending) if pending else None, version=data.get("version"))
+                   pending=pending or None, version=data.get("version"))
 
 
 # --------------------------------------------------------------------------- nodes

@@ -26,6 +26,13 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.markers import (
     API_GROUP,
     API_VERSION,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+    CONFIG_KEY_RE,
+    INTERRUPT_TYPES,
+    NAME_RE,
+    SEMVER_RE,
+    config_key_matches,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
     parse_budget,
     parse_policy,
@@ -40,20 +47,18 @@ KIND_NODEWRIGHT = "NodeWright"
 KIND_DEPLOYMENT_POLICY = "DeploymentPolicy"
 
 DEFAULT_PRIORITY = 200
-INTERRUPT_TYPES = ("reboot", "service", "restartAllServices", "noop")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # The same patterns appear in the CRDs; tests/unit/test_crds.py keeps them in step.
-PACKAGE_NAME_PATTERN = r"^[a-z][-a-z0-9]{0,41}[a-z]$"
-SEMVER_PATTERN = (r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
-                  r"(-((0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-                  r"(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$")
+# Package names, versions and config keys are the package model's rules.
+PACKAGE_NAME_PATTERN = NAME_RE.pattern
+SEMVER_PATTERN = SEMVER_RE.pattern
 CONTAINER_SHA_PATTERN = r"^sha256:[a-f0-9]{64}$"
 # A bare repository reference: registry[:port]/path, with no tag and no digest.
 IMAGE_PATTERN = (r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?"
                  r"(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$")
-CONFIG_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+CONFIG_KEY_PATTERN = CONFIG_KEY_RE.pattern
 CONFIG_INTERRUPT_KEY_PATTERN = r"^[-._a-zA-Z0-9*]+$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 SERVICE_PATTERN = r"^[-a-zA-Z0-9:_.@\\]+$"
@@ -83,6 +88,10 @@ def _key_path(where, key):
     if isinstance(key, str) and _IDENT_RE.match(key):
         return "%s.%s" % (where, key)
     return '%s["%s"]' % (where, key)
+
+
+def _or_empty(value, empty):
+    return empty if value is None else value
 
 
 def _mapping(value, where, what):
@@ -127,7 +136,7 @@ def _check_header(obj, kind, where=""):
             hint = "this is a Skyhook resource; convert it with skyhook_convert.convert() first"
         raise ValidationError("expected %s %s, got %s %s" % (GROUP_VERSION, kind, api_version, obj.get("kind")),
                               field="apiVersion", hint=hint)
-    metadata = _mapping(obj.get("metadata") or {}, "metadata", "metadata")
+    metadata = _mapping(_or_empty(obj.get("metadata"), {}), "metadata", "metadata")
     return metadata
 
 
@@ -152,7 +161,7 @@ def _interrupt(value, where):
     if kind not in INTERRUPT_TYPES:
         raise ValidationError("unknown interrupt type %r" % (kind,), field=where + ".type",
                               hint="one of: %s" % ", ".join(INTERRUPT_TYPES))
-    services = value.get("services") or []
+    services = _or_empty(value.get("services"), [])
     if not isinstance(services, list):
         raise ValidationError("must be a list of systemd unit names", field=where + ".services")
     if kind == "service" and not services:
@@ -169,12 +178,6 @@ def _interrupt(value, where):
     if services:
         out["services"] = list(services)
     return out
-
-
-def _glob_matches(pattern, key):
-    # Skyhook's configInterrupts keys support '*' only.
-    regex = "^" + ".*".join(re.escape(part) for part in pattern.split("*")) + "$"
-    return re.match(regex, key) is not None
 
 
 def _env(value, where):
@@ -262,7 +265,7 @@ def _package(name, value, where):
             here = _key_path(where + ".configInterrupts", key)
             _string(key, here, "configInterrupts key", "config_glob", 253,
                     hint="a configMap key, or a pattern with '*'")
-            if not any(_glob_matches(key, k) for k in config):
+            if not any(config_key_matches(key, k) for k in config):
                 raise ValidationError("%r matches no key of configMap" % key, field=here,
                                       hint="configMap keys: %s" % (", ".join(sorted(config)) or "none"))
             interrupts[key] = _interrupt(interrupt, here)
@@ -356,7 +359,7 @@ def validate_nodewright(obj):
     _string(metadata.get("name"), "metadata.name", "name", "nw_name", NODEWRIGHT_NAME_MAX,
             hint="lowercase letters, digits, '-' and '.', at most %d characters (the name is part of "
                  "label keys on nodes)" % NODEWRIGHT_NAME_MAX)
-    spec = _mapping(obj.get("spec") or {}, "spec", "spec")
+    spec = _mapping(_or_empty(obj.get("spec"), {}), "spec", "spec")
     _allowed(spec, NODEWRIGHT_SPEC_FIELDS, "spec")
 
     out_spec = {
@@ -364,7 +367,7 @@ def validate_nodewright(obj):
         "podNonInterruptLabels": _label_selector(spec.get("podNonInterruptLabels"), "spec.podNonInterruptLabels"),
     }
     packages = {}
-    raw_packages = _mapping(spec.get("packages") or {}, "spec.packages", "packages")
+    raw_packages = _mapping(_or_empty(spec.get("packages"), {}), "spec.packages", "packages")
     for name, pkg in raw_packages.items():
         here = _key_path("spec.packages", name)
         _string(name, here, "package name", "package", 43,
@@ -408,7 +411,7 @@ def validate_nodewright(obj):
         raise ValidationError("autoTaintNewNodes needs runtimeRequired: true", field="spec.autoTaintNewNodes",
                               hint="the taint it adds is the runtime-required taint; set runtimeRequired "
                                    "or remove autoTaintNewNodes")
-    out_spec["additionalTolerations"] = _tolerations(spec.get("additionalTolerations") or [],
+    out_spec["additionalTolerations"] = _tolerations(_or_empty(spec.get("additionalTolerations"), []),
                                                      "spec.additionalTolerations")
 
     result = copy.deepcopy(obj)

@@ -770,6 +770,9 @@ def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profil
 
 
 def _violation(setting, rules):
+    for pattern, reason in (rules.get("forbid") or {}).items():
+        if fnmatch.fnmatchcase(setting["id"], pattern):
+            return reason
     allowed = rules.get("mechanisms")
     if allowed is not None and setting["mechanism"] not in allowed:
         return (rules.get("reasons") or {}).get(setting["mechanism"]) or rules.get("reason") or (
@@ -778,9 +781,6 @@ def _violation(setting, rules):
     if setting["mechanism"] == "sysctl" and allow is not None and not any(
             fnmatch.fnmatchcase(setting["key"], p) for p in allow):
         return rules.get("sysctl_reason") or "%s is not an allowed sysctl here" % setting["key"]
-    for pattern, reason in (rules.get("forbid") or {}).items():
-        if fnmatch.fnmatchcase(setting["id"], pattern):
-            return reason
     if rules.get("never_reboot") and setting["reboot"]:
         return rules.get("never_reboot_reason") or "this platform is never rebooted for tuning"
     return None
@@ -1075,5 +1075,6 @@ def state_record(resolved, pending_interrupt=None):
         "profile": {k: resolved.get(k) for k in ("accelerator", "intent", "os", "cloud", "options")},
         "settings": settings,
         "files": [f["path"] for f in resolved.get("files", [])],
+        "bootloader": resolved.get("bootloader") or {"method": "none"},
         "pending_interrupt": merge_interrupts(pending_interrupt or NOOP),
     }

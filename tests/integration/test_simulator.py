@@ -17,45 +17,9 @@ from nodewright_sim import hostroot
 from nodewright_sim.cluster import Cluster, SimulatorError, free_port
 from nodewright_sim.fleet import create_fleet
 
+from k8s_helpers import deployment_on, evict, pdb, wait_for
+
 pytestmark = pytest.mark.integration
-
-
-def wait_for(predicate, timeout=60, interval=0.25, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for %s" % what)
-
-
-def deployment_on(sim, ns, name, nodes, replicas, labels=None):
-    labels = labels or {"app": name}
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}]}]}}}
-    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {
-                         "affinity": affinity, "terminationGracePeriodSeconds": 0,
-                         "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}}}
-    sim.apps.create_namespaced_deployment(ns, body)
-    return wait_for(lambda: [p for p in sim.core.list_namespaced_pod(ns, label_selector="app=%s" % name).items
-                             if p.status.phase == "Running"] if len(
-        [p for p in sim.core.list_namespaced_pod(ns, label_selector="app=%s" % name).items
-         if p.status.phase == "Running"]) == replicas else None, what="%s running" % name)
-
-
-def pdb(sim, ns, name, **spec):
-    spec["selector"] = {"matchLabels": {"app": name}}
-    sim.policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": name}, "spec": spec})
-    wait_for(lambda: sim.policy.read_namespaced_pod_disruption_budget(name, ns).status.observed_generation,
-             what="PDB %s observed by the disruption controller" % name)
-
-
-def evict(sim, pod):
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace))
-    return sim.core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
 
 
 def test_eviction_blocked_by_pdb_gets_429(sim):

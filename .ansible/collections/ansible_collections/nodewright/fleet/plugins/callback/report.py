@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: report
+type: notification
+short_description: Write NodeWright's structured run report (JSON)
+version_added: "0.1.0"
+description:
+  - Records, per node, the outcome of the run (ok, failed, unreachable), the task that failed and why,
+    the duration, and the NodeWright results that tasks return (drain, packages, interrupt).
+  - With O(include_tasks) every task result is kept too, which tests and automation can read.
+  - ansible-runner users find the file in the artifacts directory when O(path) points there.
+requirements:
+  - enable it with C(callbacks_enabled = nodewright.fleet.report)
+options:
+  path:
+    description: Where the JSON report is written.
+    type: path
+    default: nodewright-report.json
+    env:
+      - name: NODEWRIGHT_REPORT_PATH
+    ini:
+      - section: nodewright_report
+        key: path
+  include_tasks:
+    description: Also keep every task result in the report.
+    type: bool
+    default: false
+    env:
+      - name: NODEWRIGHT_REPORT_TASKS
+    ini:
+      - section: nodewright_report
+        key: include_tasks
+"""
+
+import json
+import os
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+NODEWRIGHT_KEYS = ("evicted", "kept", "still_present", "blocking_pdbs", "initially_blocking", "plan",
+                   "packages", "interrupt", "boot_id", "rebooted", "failures", "steps")
+
+
+def _plain(value):
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _task_name(task):
+    """The task's own name, without the role prefix Ansible adds for display."""
+    return task.name or task.get_name(include_role_fqcn=False)
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "nodewright.fleet.report"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super(CallbackModule, self).__init__(*args, **kwargs)
+        self.report = {"version": 1, "started": time.time(), "playbook": None, "hosts": {}, "tasks": []}
+        self._task_start = {}
+
+    def _host(self, name):
+        return self.report["hosts"].setdefault(name, {"outcome": "ok", "first_seen": time.time(), "results": []})
+
+    def v2_playbook_on_start(self, playbook):
+        self.report["playbook"] = getattr(playbook, "_file_name", None)
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._task_start[task._uuid] = time.time()
+
+    def _record(self, result, status):
+        host = result._host.get_name()
+        task = result._task
+        data = result._result if isinstance(result._result, dict) else {}
+        entry = self._host(host)
+        entry["last_seen"] = time.time()
+        name = _task_name(task)
+        if status in ("failed", "unreachable") and not data.get("_ansible_ignore_errors") \
+                and not getattr(task, "ignore_errors", False):
+            entry["outcome"] = status
+            entry["failed_task"] = name
+            entry["msg"] = data.get("msg")
+        elif status == "failed":
+            status = "failed_ignored"
+        interesting = {k: data[k] for k in NODEWRIGHT_KEYS if k in data}
+        if interesting:
+            entry["results"].append({"task": name, "status": status, **_plain(interesting)})
+        if self.get_option("include_tasks"):
+            clean = {k: v for k, v in data.items() if not k.startswith("_ansible") and k != "invocation"}
+            self.report["tasks"].append({"task": name, "host": host, "status": status,
+                                         "delegated": bool(data.get("_ansible_delegated_vars")),
+                                         "result": _plain(clean)})
+
+    def v2_runner_on_ok(self, result):
+        self._record(result, "ok")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._record(result, "failed_ignored" if ignore_errors else "failed")
+
+    def v2_runner_on_unreachable(self, result):
+        self._record(result, "unreachable")
+
+    def v2_runner_on_skipped(self, result):
+        if self.get_option("include_tasks"):
+            self.report["tasks"].append({"task": _task_name(result._task), "host": result._host.get_name(),
+                                         "status": "skipped", "result": {}})
+
+    def v2_playbook_on_stats(self, stats):
+        self.report["finished"] = time.time()
+        self.report["duration"] = round(self.report["finished"] - self.report["started"], 2)
+        for host, entry in self.report["hosts"].items():
+            entry["duration"] = round(entry.get("last_seen", entry["first_seen"]) - entry["first_seen"], 2)
+        counts = {}
+        for entry in self.report["hosts"].values():
+            counts[entry["outcome"]] = counts.get(entry["outcome"], 0) + 1
+        self.report["summary"] = counts
+        path = self.get_option("path")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.report, fh, indent=2, sort_keys=True, default=str)
+        os.replace(tmp, path)

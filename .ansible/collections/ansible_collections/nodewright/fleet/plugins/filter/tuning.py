@@ -1,0 +1,152 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Filters for intent-based NVIDIA host tuning (controller side).
+
+The resolution logic lives in ``module_utils/tuning.py`` (stdlib only, no file
+access); this plugin loads the YAML profile layers shipped with the
+``nodewright.fleet.nvidia_tuning`` role and hands them over as plain dicts.
+Each filter is documented in ``plugins/filter/<filter name>.yml``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+
+DEFAULT_PROFILES_DIR = os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "nvidia_tuning", "files", "profiles"))
+
+
+def _plain(value):
+    """Strip Ansible's lazy containers and tagged strings down to plain Python data."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def load_profiles(profiles_dir=None):
+    """Read every ``*.yml`` layer under ``profiles_dir``; names are paths without ``.yml``."""
+    root = os.path.abspath(profiles_dir or DEFAULT_PROFILES_DIR)
+    if not os.path.isdir(root):
+        raise AnsibleFilterError("tuning profiles directory %s does not exist" % root)
+    layers = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            stem, ext = os.path.splitext(filename)
+            if ext not in (".yml", ".yaml"):
+                continue
+            path = os.path.join(dirpath, filename)
+            name = os.path.relpath(os.path.join(dirpath, stem), root).replace(os.sep, "/")
+            try:
+                with open(path) as handle:
+                    data = yaml.safe_load(handle) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise AnsibleFilterError("cannot read tuning profile %s: %s" % (path, exc))
+            if not isinstance(data, dict):
+                raise AnsibleFilterError("tuning profile %s is not a mapping" % path)
+            if name in layers:
+                raise AnsibleFilterError("tuning profile %s is defined twice (.yml and .yaml)" % name)
+            layers[name] = data
+    return layers
+
+
+def _call(func, *args, **kwargs):
+    try:
+        return func(*args, **kwargs)
+    except NodeWrightError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def tuning_profile(accelerator, intent, os, cloud=None, options=None, extra=None, profiles_dir=None):
+    profiles = load_profiles(profiles_dir)
+    return _call(tuning.resolve_profile, _plain(accelerator), _plain(intent), _plain(os),
+                 cloud=_plain(cloud) or None, options=_plain(options) or None,
+                 profiles=profiles, extra=_plain(extra) or None)
+
+
+def tuning_detect_accelerator(labels):
+    return _call(tuning.detect_accelerator, _plain(labels))
+
+
+def tuning_detect_accelerator_smi(output, arch=None):
+    return _call(tuning.detect_accelerator_from_nvidia_smi, _plain(output), arch=_plain(arch))
+
+
+def tuning_detect_cloud(labels):
+    return tuning.detect_cloud(_plain(labels)) or ""
+
+
+def tuning_os_from_os_release(text):
+    return _call(tuning.os_from_os_release, _plain(text))
+
+
+def tuning_diff(old, new, reapply=None):
+    return _call(tuning.diff_settings, _plain(old), _plain(new), reapply=_plain(reapply) or ())
+
+
+def tuning_merge_interrupts(interrupts):
+    return _call(tuning.merge_interrupts, _plain(interrupts) or [])
+
+
+def tuning_probes(resolved):
+    return _call(tuning.probes, _plain(resolved))
+
+
+def tuning_parse_observations(text):
+    return tuning.parse_observations(_plain(text))
+
+
+def tuning_check(resolved, observed, phase="post-interrupt"):
+    return _call(tuning.check_settings, _plain(resolved), _plain(observed) or {}, phase=_plain(phase))
+
+
+def tuning_state(resolved, pending_interrupt=None):
+    return _call(tuning.state_record, _plain(resolved), _plain(pending_interrupt))
+
+
+def tuning_uninstall_paths(state):
+    """Every path to remove at uninstall: the recorded files and the fixed managed paths."""
+    state = _plain(state) or {}
+    paths = list(state.get("files") or [])
+    for path in tuning.managed_paths():
+        if path not in paths:
+            paths.append(path)
+    return paths
+
+
+class FilterModule(object):
+    """NodeWright NVIDIA tuning filters."""
+
+    def filters(self):
+        return {
+            "tuning_profile": tuning_profile,
+            "tuning_detect_accelerator": tuning_detect_accelerator,
+            "tuning_detect_accelerator_smi": tuning_detect_accelerator_smi,
+            "tuning_detect_cloud": tuning_detect_cloud,
+            "tuning_os_from_os_release": tuning_os_from_os_release,
+            "tuning_diff": tuning_diff,
+            "tuning_merge_interrupts": tuning_merge_interrupts,
+            "tuning_probes": tuning_probes,
+            "tuning_parse_observations": tuning_parse_observations,
+            "tuning_check": tuning_check,
+            "tuning_state": tuning_state,
+            "tuning_uninstall_paths": tuning_uninstall_paths,
+        }

@@ -1,0 +1,490 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Inventory plugin ``nodewright.fleet.k8s_nodes``: the nodes of a Kubernetes cluster,
+selected by label, field or NodeWright resource, as Ansible hosts with their GPU
+facts, readiness and NodeWright state."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: k8s_nodes
+short_description: Kubernetes (GPU) nodes as an Ansible inventory
+version_added: 0.1.0
+author:
+  - NodeWright maintainers
+description:
+  - Lists the Node objects of a Kubernetes cluster and makes each node a host named after the node.
+  - Nodes are chosen by label selector (the full set-based syntax of C(kubectl -l)), by field selector,
+    or as exactly the nodes that one C(NodeWright) resource selects (minus nodes labelled
+    C(nodewright.io/ignore=true)).
+  - All facts of a node are in one host variable, a dictionary named by O(host_var) (default C(k8s_node)),
+    with labels, annotations, taints, readiness and conditions, node info, capacity, addresses, zone, pool,
+    GPU facts derived from GPU Feature Discovery labels and the NodeWright state per resource.
+  - Nodes are read with paginated LIST calls and their raw JSON; the optional pod counts come from one
+    paginated LIST of the pods of the whole cluster, never from one call per node.
+  - The inventory file name must end in C(.k8s_nodes.yml) or C(.k8s_nodes.yaml).
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+  - nodewright.fleet.k8s_auth
+options:
+  plugin:
+    description: Marks the file as a source of this plugin.
+    required: true
+    type: str
+    choices: [nodewright.fleet.k8s_nodes]
+  label_selectors:
+    description:
+      - Only nodes whose labels match. A string in the syntax of C(kubectl -l) (C(a=b), C(a!=b),
+        C(a in (x,y)), C(a notin (x)), C(a), C(!a)), a Kubernetes LabelSelector mapping
+        (C(matchLabels), C(matchExpressions)), or a list of these, which must all match.
+      - The selector is sent to the API server, so only matching nodes are transferred.
+    type: raw
+  field_selectors:
+    description:
+      - Only nodes whose fields match, e.g. C(spec.unschedulable=false) or C(metadata.name!=gpu-7).
+        A string (requirements separated by commas) or a list of strings, all of which must match.
+    type: raw
+  nodewright:
+    description:
+      - Name of a C(NodeWright) resource (C(nodewrights.nodewright.io), cluster scoped). The inventory
+        then holds exactly the nodes its C(spec.nodeSelectors) selects, minus nodes labelled
+        C(nodewright.io/ignore=true), further narrowed by O(label_selectors) and O(field_selectors).
+      - Its C(spec.podNonInterruptLabels) is the default of O(non_interruptible_selector).
+    type: str
+  connection:
+    description:
+      - How Ansible reaches a node.
+      - V(ssh) sets C(ansible_connection=ssh) and C(ansible_host) to the node's first address of the types
+        in O(address_preference).
+      - V(k8s) sets C(ansible_connection=nodewright.fleet.node) (a privileged pod on the node, no SSH) and
+        C(ansible_host) to the node name.
+      - V(local) sets C(ansible_connection=local), C(ansible_host) to the node name and
+        C(nodewright_host_root) to the node's annotation C(sim.nodewright.io/host-root) (the local
+        simulator's host root of that node), else C(/).
+      - O(compose) runs afterwards, so it can override any of these.
+    type: str
+    choices: [ssh, k8s, local]
+    default: ssh
+  address_preference:
+    description: Address types, in order of preference, that C(ansible_host) is taken from (V(ssh)).
+    type: list
+    elements: str
+    default: [InternalIP, ExternalIP, Hostname]
+  host_var:
+    description: Name of the host variable that holds all facts of a node.
+    type: str
+    default: k8s_node
+  group_prefix:
+    description: Prefix of the names of the default groups.
+    type: str
+    default: ''
+  default_groups:
+    description:
+      - Which default groups to create.
+      - V(gpu) every GPU node; V(gpu_family) C(gpu_family_hopper), C(gpu_family_blackwell);
+        V(gpu_model) C(gpu_h100), C(gpu_gb200) ...; V(gpu_product) C(gpu_product_nvidia_h100_80gb_hbm3) ...;
+        V(zone) C(zone_<zone>); V(pool) C(pool_<pool>); V(readiness) C(ready) and C(not_ready);
+        V(cordoned) C(cordoned); V(nodewright) C(nodewright_<resource>_<status>) and C(nodewright_ignored).
+      - Set to an empty list for none.
+    type: list
+    elements: str
+    default: [gpu, gpu_family, gpu_model, gpu_product, zone, pool, readiness, cordoned, nodewright]
+  zone_labels:
+    description: Labels that give a node's zone, first present wins.
+    type: list
+    elements: str
+    default: [topology.kubernetes.io/zone, failure-domain.beta.kubernetes.io/zone]
+  pool_labels:
+    description: Labels that give a node's pool (node group), first present wins.
+    type: list
+    elements: str
+    default: [nodepool, karpenter.sh/nodepool, eks.amazonaws.com/nodegroup, cloud.google.com/gke-nodepool,
+              kubernetes.azure.com/agentpool, agentpool]
+  pod_counts:
+    description:
+      - Add C(pods) to each node's facts, C({total, gpu, non_interruptible}), counted over the pods that
+        are not finished, from one paginated LIST of the pods of the whole cluster.
+      - Costs one more LIST (of all pods) per inventory run; off by default.
+    type: bool
+    default: false
+  non_interruptible_selector:
+    description:
+      - Label selector (string or LabelSelector mapping) of pods that must not be interrupted, such as
+        training jobs; counted in C(pods.non_interruptible) when O(pod_counts) is on.
+      - Defaults to the C(spec.podNonInterruptLabels) of the O(nodewright) resource; without either,
+        C(pods.non_interruptible) is null.
+    type: raw
+  gpu_resources:
+    description: Extended resource names (C(*) patterns allowed) that make a pod a GPU pod.
+    type: list
+    elements: str
+    default: [nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*]
+  page_size:
+    description: Objects per LIST page (C(limit)); the rest follows with C(continue) tokens.
+    type: int
+    default: 500
+  request_timeout:
+    description: Seconds each API request may take.
+    type: int
+    default: 60
+notes:
+  - Values read from the cluster are never trusted as templates, so a label or annotation that
+    contains C({{ ... }}) stays text.
+  - O(compose), O(groups) and O(keyed_groups) are Jinja2 expressions evaluated once per node; at thousands
+    of nodes prefer the default groups, which cost no templating.
+  - With O(cache) on, the second run within O(cache_timeout) reads the nodes from the cache and makes no
+    API call; C(ansible-inventory --flush-cache) refreshes it. A cache written with other selection
+    options is not used.
+seealso:
+  - name: NodeWright inventory guide
+    description: Worked examples, host variables, AWX/AAP set-up.
+    link: https://github.com/nodewright/nodewright/blob/main/docs/inventory.md
+"""
+
+EXAMPLES = r"""
+# all-gpu.k8s_nodes.yml: every GPU node, reached over SSH at its InternalIP
+plugin: nodewright.fleet.k8s_nodes
+label_selectors: nvidia.com/gpu.present=true
+
+# h100-pool.k8s_nodes.yml: one pool in two zones, Ready and schedulable only
+plugin: nodewright.fleet.k8s_nodes
+label_selectors:
+  - nodepool=h100
+  - topology.kubernetes.io/zone in (zone-a,zone-b)
+field_selectors: spec.unschedulable=false
+keyed_groups:
+  - key: k8s_node.gpu.clique
+    prefix: clique
+
+# kernel-cve.k8s_nodes.yml: the nodes a NodeWright resource targets, through the k8s connection
+plugin: nodewright.fleet.k8s_nodes
+nodewright: kernel-cve-2025
+connection: k8s
+pod_counts: true
+groups:
+  busy: k8s_node.pods.non_interruptible > 0
+compose:
+  kernel: k8s_node.node_info.kernel_version
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/nodewright/inventory
+
+# simulator.k8s_nodes.yml: the local simulator; each node's host root is a directory
+plugin: nodewright.fleet.k8s_nodes
+connection: local
+"""
+
+import hashlib
+import json
+import os
+import re
+
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import node_facts as nf
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import (
+    AUTH_OPTIONS,
+    get_api_client,
+    get_json,
+    list_pages,
+    require_kubernetes,
+    resolve_auth,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION, LABEL_IGNORE
+from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+    NODEWRIGHT_NAME_MAX,
+    NODEWRIGHT_NAME_PATTERN,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import (
+    Requirement,
+    Selector,
+    from_label_selector,
+    to_selector,
+)
+
+NODEWRIGHT_PLURAL = "nodewrights"
+CONNECTIONS = {"ssh": "ssh", "k8s": "nodewright.fleet.node", "local": "local"}
+# Bump when the cached node facts change shape, so an old cache is not used.
+CACHE_FORMAT = 1
+
+_FIELD_REQUIREMENT = re.compile(r"^\s*[A-Za-z][A-Za-z0-9_.]*\s*(==|!=|=)\s*[^=!\s]*\s*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+    NAME = "nodewright.fleet.k8s_nodes"
+
+    def verify_file(self, path):
+        if not super().verify_file(path):
+            return False
+        name = os.path.basename(path)
+        return name.endswith((".k8s_nodes.yml", ".k8s_nodes.yaml")) or name in ("k8s_nodes.yml",
+                                                                                "k8s_nodes.yaml")
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        try:
+            config = self._read_config_data(path)
+            self._check_unknown_options(config)
+            settings = self._settings()
+            nodes = self._nodes(path, settings, cache)
+            self._populate(nodes, settings)
+        except NodeWrightError as exc:
+            raise AnsibleParserError("%s inventory %s: %s" % (self.NAME, path, exc))
+        except AnsibleError as exc:
+            raise AnsibleParserError("%s inventory %s: %s" % (self.NAME, path, exc.message)) from exc
+
+    # ----------------------------------------------------------------------------------
+    # Options
+
+    def _check_unknown_options(self, config):
+        known = set()
+        for name, definition in self.option_definitions.items():
+            known.add(name)
+            known.update(definition.get("aliases") or ())
+        unknown = sorted(k for k in config if k not in known)
+        if unknown:
+            import difflib
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                if close:
+                    hints.append("%s -> %s?" % (key, close[0]))
+            raise ValidationError("unknown option%s %s" % ("s" if len(unknown) > 1 else "",
+                                                           ", ".join(repr(k) for k in unknown)),
+                                  hint=("did you mean: %s" % ", ".join(hints)) if hints else
+                                  "see ansible-doc -t inventory %s" % self.NAME)
+
+    def _template(self, value):
+        if isinstance(value, str) and "{{" in value:
+            return self.templar.template(value)
+        return value
+
+    def _settings(self):
+        opt = self.get_option
+        auth = {key: self._template(opt(key)) for key in AUTH_OPTIONS}
+        selector = to_selector(opt("label_selectors"), "label_selectors")
+        fields = _field_selector(opt("field_selectors"))
+        name = opt("nodewright")
+        if name is not None:
+            name = str(name)
+            if len(name) > NODEWRIGHT_NAME_MAX or not re.match(NODEWRIGHT_NAME_PATTERN, name):
+                raise ValidationError("%r is not a valid NodeWright name" % name, field="nodewright",
+                                      hint="lowercase letters, digits, '-' and '.', at most %d characters"
+                                           % NODEWRIGHT_NAME_MAX)
+        non_interruptible = opt("non_interruptible_selector")
+        if non_interruptible in (None, "", {}, []):
+            non_interruptible = None
+        else:
+            non_interruptible = to_selector(non_interruptible, "non_interruptible_selector")
+        kinds = list(opt("default_groups") or [])
+        bad = [k for k in kinds if k not in nf.GROUP_KINDS]
+        if bad:
+            raise ValidationError("unknown default group kind(s) %s" % ", ".join(map(repr, bad)),
+                                  field="default_groups", hint="choose from %s" % ", ".join(nf.GROUP_KINDS))
+        host_var = opt("host_var")
+        if not _IDENTIFIER.match(host_var or ""):
+            raise ValidationError("%r is not a valid variable name" % (host_var,), field="host_var")
+        page_size = opt("page_size")
+        if page_size < 1:
+            raise ValidationError("must be at least 1, got %d" % page_size, field="page_size")
+        return {
+            "auth": {k: v for k, v in auth.items() if v is not None},
+            "selector": selector,
+            "field_selector": fields,
+            "nodewright": name,
+            "non_interruptible": non_interruptible,
+            "pod_counts": opt("pod_counts"),
+            "gpu_resources": list(opt("gpu_resources") or []),
+            "zone_labels": list(opt("zone_labels") or []),
+            "pool_labels": list(opt("pool_labels") or []),
+            "page_size": page_size,
+            "timeout": opt("request_timeout"),
+            "connection": opt("connection"),
+            "address_preference": list(opt("address_preference") or []),
+            "host_var": host_var,
+            "group_prefix": nf.safe_group_part(opt("group_prefix")) if opt("group_prefix") else "",
+            "group_kinds": kinds,
+        }
+
+    # ----------------------------------------------------------------------------------
+    # Reading the cluster (or the cache)
+
+    def _fingerprint(self, settings):
+        auth = resolve_auth(settings["auth"])
+        source = {
+            "format": CACHE_FORMAT,
+            "server": auth.get("host"), "context": auth.get("context"),
+            "kubeconfig": auth.get("kubeconfig") or os.environ.get("KUBECONFIG"),
+            "selector": settings["selector"].to_string(), "fields": settings["field_selector"],
+            "nodewright": settings["nodewright"], "pod_counts": settings["pod_counts"],
+            "non_interruptible": settings["non_interruptible"].to_string()
+            if settings["non_interruptible"] is not None else None,
+            "gpu_resources": settings["gpu_resources"], "zone_labels": settings["zone_labels"],
+            "pool_labels": settings["pool_labels"],
+        }
+        return hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
+
+    def _nodes(self, path, settings, cache):
+        use_cache = bool(self.get_option("cache"))
+        if not use_cache:
+            return self._fetch(settings)
+        key = self.get_cache_key(path)
+        fingerprint = self._fingerprint(settings)
+        if cache:
+            try:
+                cached = self._cache[key]
+            except KeyError:
+                cached = None
+            if isinstance(cached, dict) and cached.get("fingerprint") == fingerprint:
+                self.display.vvv("%s: %d nodes from the inventory cache" % (path, len(cached["nodes"])))
+                return cached["nodes"]
+        nodes = self._fetch(settings)
+        self._cache[key] = {"fingerprint": fingerprint, "nodes": nodes}
+        return nodes
+
+    def _fetch(self, settings):
+        require_kubernetes()
+        api = get_api_client(settings["auth"])
+        target = getattr(api, "nodewright_target", None) or "the API server"
+        selector = settings["selector"]
+        non_interruptible = settings["non_interruptible"]
+        if settings["nodewright"]:
+            resource = self._read_nodewright(api, settings["nodewright"], target, settings["timeout"])
+            spec = resource.get("spec") or {}
+            where = "NodeWright %s spec" % settings["nodewright"]
+            selector = selector.and_(from_label_selector(spec.get("nodeSelectors"), where + ".nodeSelectors"))
+            selector = selector.and_(Selector([Requirement(LABEL_IGNORE, "notin", ["true"])]))
+            if non_interruptible is None and spec.get("podNonInterruptLabels"):
+                non_interruptible = from_label_selector(spec["podNonInterruptLabels"],
+                                                        where + ".podNonInterruptLabels")
+        zone_labels, pool_labels = settings["zone_labels"], settings["pool_labels"]
+        query = []
+        if not selector.empty:
+            query.append(("labelSelector", selector.to_string()))
+        if settings["field_selector"]:
+            query.append(("fieldSelector", settings["field_selector"]))
+        nodes = []
+        for items in list_pages(api, "/api/v1/nodes", "listing the nodes of %s" % target, query,
+                                settings["page_size"], settings["timeout"]):
+            nodes.extend(nf.node_facts(node, zone_labels, pool_labels) for node in items)
+        if settings["pod_counts"]:
+            counter = nf.PodCounter(settings["gpu_resources"], non_interruptible)
+            for items in list_pages(api, "/api/v1/pods", "listing the pods of %s" % target,
+                                    [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")],
+                                    settings["page_size"], settings["timeout"]):
+                counter.add(items)
+            for facts in nodes:
+                facts["pods"] = counter.for_node(facts["name"])
+        return nodes
+
+    @staticmethod
+    def _read_nodewright(api, name, target, timeout):
+        what = "reading NodeWright %s at %s" % (name, target)
+        group_path = "/apis/%s/%s" % (API_GROUP, API_VERSION)
+        try:
+            return get_json(api, "%s/%s/%s" % (group_path, NODEWRIGHT_PLURAL, name), what, timeout=timeout)
+        except ClusterError as exc:
+            if exc.details.get("status") != 404:
+                raise
+        # 404: either no such resource, or no NodeWright API at all.
+        try:
+            get_json(api, group_path, what, timeout=timeout)
+        except ClusterError as exc:
+            if exc.details.get("status") != 404:
+                raise
+            raise ClusterError("%s: the cluster does not serve %s.%s/%s" % (what, NODEWRIGHT_PLURAL, API_GROUP,
+                                                                          API_VERSION),
+                               hint="install NodeWright's CRDs: kubectl apply -f deploy/crds/")
+        raise ClusterError("NodeWright %r does not exist in the cluster at %s" % (name, target),
+                           hint="kubectl get nodewrights lists the existing ones; check the nodewright option")
+
+    # ----------------------------------------------------------------------------------
+    # Building the inventory
+
+    def _facts_sink(self):
+        """Where to put the (large) facts variable of each host, and how to mark its values.
+
+        ansible-core 2.19 hands inventory plugins a proxy whose ``set_variable`` copies every
+        value and tags each string with its origin; node facts hold a hundred and more strings
+        per node, and at thousands of nodes that copy cost more than reading the cluster. The
+        facts come from the API and are set untagged on the inventory itself: untagged strings
+        are never trusted as templates. Before 2.19 there is no proxy and strings were trusted
+        unless wrapped as unsafe, so they are wrapped there.
+        """
+        raw = getattr(self.inventory, "__wrapped__", None)
+        if raw is not None:
+            return raw, None
+        from ansible.utils.unsafe_proxy import wrap_var
+        return self.inventory, wrap_var
+
+    def _populate(self, nodes, settings):
+        inv = self.inventory
+        sink, mark = self._facts_sink()
+        host_var = settings["host_var"]
+        connection = settings["connection"]
+        ansible_connection = CONNECTIONS[connection]
+        preference = settings["address_preference"]
+        prefix, kinds = settings["group_prefix"], settings["group_kinds"]
+        strict = self.get_option("strict")
+        compose = self.get_option("compose") or {}
+        groups = self.get_option("groups") or {}
+        keyed_groups = self.get_option("keyed_groups") or []
+        created = set()
+        for facts in nodes:
+            name = facts["name"]
+            inv.add_host(name)
+            variables = {host_var: facts, "ansible_connection": ansible_connection}
+            if connection == "ssh":
+                variables["ansible_host"] = nf.choose_address(facts.get("addresses"), preference) or name
+            else:
+                variables["ansible_host"] = name
+            if connection == "local":
+                variables["nodewright_host_root"] = nf.host_root(facts)
+            for key, value in variables.items():
+                sink.set_variable(name, key, mark(value) if mark else value)
+            for group in nf.default_groups(facts, prefix, kinds):
+                if group not in created:
+                    inv.add_group(group)
+                    created.add(group)
+                inv.add_child(group, name)
+            for varname, expression in compose.items():
+                try:
+                    value = self._compose(expression, variables)
+                except Exception as exc:
+                    if strict:
+                        raise AnsibleParserError("compose %s for host %s: %s" % (varname, name, exc))
+                    continue
+                inv.set_variable(name, varname, value)
+                variables[varname] = value
+            if groups:
+                self._add_host_to_composed_groups(groups, variables, name, strict, fetch_hostvars=False)
+            if keyed_groups:
+                self._add_host_to_keyed_groups(keyed_groups, variables, name, strict, fetch_hostvars=False)
+
+
+def _field_selector(value):
+    """Validate field selectors (string or list) and join them for the API."""
+    if value in (None, "", []):
+        return ""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValidationError("must be a string or a list of strings, got %s" % type(value).__name__,
+                              field="field_selectors")
+    parts = []
+    for n, item in enumerate(items):
+        if not isinstance(item, str):
+            raise ValidationError("must be a string, got %s" % type(item).__name__,
+                                  field="field_selectors[%d]" % n)
+        for requirement in item.split(","):
+            if not _FIELD_REQUIREMENT.match(requirement):
+                raise ValidationError("cannot parse field selector requirement %r" % requirement.strip(),
+                                      field="field_selectors[%d]" % n,
+                                      hint="use FIELD=VALUE, FIELD==VALUE or FIELD!=VALUE, e.g. "
+                                           "spec.unschedulable=false")
+            parts.append(re.sub(r"\s+", "", requirement))
+    return ",".join(parts)

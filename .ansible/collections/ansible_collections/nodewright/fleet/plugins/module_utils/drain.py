@@ -1,0 +1,318 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Drain a node through the Eviction API so that PodDisruptionBudgets hold.
+
+The decision of what happens to each pod is a list of filters, each returning a
+verdict and a human reason (as kubectl's drain does), so a result can say
+"skipped gpu-monitoring/dcgm-exporter-x: DaemonSet pod stays". The eviction loop
+retries a 429 (a PDB allows no disruption now) with backoff until the deadline,
+and the drain counts a pod as gone only when a pod with its UID no longer exists.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import random
+import threading
+import time
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import to_selector
+
+try:
+    from kubernetes.client.rest import ApiException
+except ImportError:
+    ApiException = Exception
+
+EVICT = "evict"
+DELETE = "delete"      # terminal pods are cleaned up without an eviction
+SKIP = "skip"
+REFUSE = "refuse"      # the drain cannot proceed without an operator's decision
+WAIT = "wait"          # already terminating: only wait for it to go
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+class DrainOptions(object):
+    def __init__(self, force=False, delete_emptydir_data=False, ignore_daemonsets=True, grace_period=None,
+                 skip_namespaces=(), skip_selector=None, pod_selector=None, non_interruptible=None,
+                 disable_eviction=False, timeout=600, max_parallel=32, poll_interval=0.5):
+        if grace_period is not None and grace_period < 0:
+            raise ValidationError("grace_period must be 0 or more seconds (0 means immediately), got %s"
+                                  % grace_period, field="grace_period",
+                                  hint="leave it unset to use each pod's own terminationGracePeriodSeconds")
+        if timeout is None or timeout <= 0 or timeout > 7 * 86400:
+            raise ValidationError("timeout must be between 1 second and 7 days, got %s" % timeout, field="timeout")
+        if max_parallel < 1 or max_parallel > 256:
+            raise ValidationError("max_parallel must be between 1 and 256, got %s" % max_parallel,
+                                  field="max_parallel")
+        self.force = force
+        self.delete_emptydir_data = delete_emptydir_data
+        self.ignore_daemonsets = ignore_daemonsets
+        self.grace_period = grace_period
+        self.skip_namespaces = set(skip_namespaces or ())
+        self.skip_selector = to_selector(skip_selector, "skip_pod_selector") if skip_selector else None
+        self.pod_selector = to_selector(pod_selector, "pod_selector") if pod_selector else None
+        self.non_interruptible = to_selector(non_interruptible, "non_interruptible_selector") \
+            if non_interruptible else None
+        self.disable_eviction = disable_eviction
+        self.timeout = timeout
+        self.max_parallel = max_parallel
+        self.poll_interval = poll_interval
+
+
+def pod_key(pod):
+    return "%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"])
+
+
+def controller_of(pod):
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+# --- filters: (pod, options) -> (verdict, reason) or None to pass on -------------------
+
+def _terminating(pod, opts):
+    if pod["metadata"].get("deletionTimestamp"):
+        return WAIT, "already terminating"
+    return None
+
+
+def _terminal(pod, opts):
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return DELETE, "pod has finished (%s); removed without eviction" % pod["status"]["phase"]
+    return None
+
+
+def _mirror(pod, opts):
+    if MIRROR_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+        return SKIP, "static (mirror) pod stays: the kubelet owns it"
+    return None
+
+
+def _daemonset(pod, opts):
+    ref = controller_of(pod)
+    if ref and ref.get("kind") == "DaemonSet":
+        if opts.ignore_daemonsets:
+            return SKIP, "DaemonSet pod stays (DaemonSet %s)" % ref.get("name")
+        return REFUSE, "DaemonSet pod (DaemonSet %s); set ignore_daemonsets to leave it" % ref.get("name")
+    return None
+
+
+def _skip_namespace(pod, opts):
+    if pod["metadata"].get("namespace") in opts.skip_namespaces:
+        return SKIP, "namespace %s is skipped" % pod["metadata"]["namespace"]
+    return None
+
+
+def _skip_selector(pod, opts):
+    labels = pod["metadata"].get("labels") or {}
+    if opts.skip_selector is not None and opts.skip_selector.matches(labels):
+        return SKIP, "matches skip_pod_selector %s" % opts.skip_selector.to_string()
+    if opts.pod_selector is not None and not opts.pod_selector.matches(labels):
+        return SKIP, "does not match pod_selector %s" % opts.pod_selector.to_string()
+    return None
+
+
+def _non_interruptible(pod, opts):
+    if opts.non_interruptible is not None and opts.non_interruptible.matches(pod["metadata"].get("labels") or {}):
+        return REFUSE, ("non-interruptible pod (matches %s): NodeWright never evicts it; wait for it to "
+                        "finish first (node_wait_pods)" % opts.non_interruptible.to_string())
+    return None
+
+
+def _local_storage(pod, opts):
+    if any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or []):
+        if opts.delete_emptydir_data:
+            return None
+        return REFUSE, "uses emptyDir storage that would be lost; set delete_emptydir_data to evict it"
+    return None
+
+
+def _unreplicated(pod, opts):
+    if controller_of(pod) is None:
+        if opts.force:
+            return None
+        return REFUSE, "not managed by a controller, so nothing recreates it; set force to evict it"
+    return None
+
+
+FILTERS = (_terminating, _terminal, _mirror, _daemonset, _skip_namespace, _skip_selector, _non_interruptible,
+           _local_storage, _unreplicated)
+
+
+def classify(pod, opts):
+    for f in FILTERS:
+        verdict = f(pod, opts)
+        if verdict:
+            return verdict
+    ref = controller_of(pod)
+    return EVICT, "evict (%s %s)" % (ref.get("kind"), ref.get("name")) if ref else "evict (forced, no controller)"
+
+
+def plan_drain(pods, opts):
+    """Group the node's pods by verdict. Pure: used by check mode and by the drain."""
+    plan = {EVICT: [], DELETE: [], SKIP: [], REFUSE: [], WAIT: []}
+    for pod in pods:
+        verdict, reason = classify(pod, opts)
+        plan[verdict].append({"pod": pod_key(pod), "uid": pod["metadata"].get("uid"), "reason": reason})
+    return plan
+
+
+def pdb_from_429(body):
+    """The PDB name and message from a 429 eviction refusal."""
+    try:
+        data = json.loads(body) if isinstance(body, (str, bytes)) else (body or {})
+    except ValueError:
+        return None, str(body)[:300]
+    causes = (data.get("details") or {}).get("causes") or []
+    for cause in causes:
+        if cause.get("reason") == "DisruptionBudget":
+            msg = cause.get("message", "")
+            words = msg.split()
+            name = None
+            if "budget" in words:
+                i = words.index("budget")
+                if i + 1 < len(words):
+                    name = words[i + 1]
+            return name, msg
+    return None, data.get("message", "")
+
+
+def list_node_pods(core, node):
+    resp = call("list pods on node %s" % node, core.list_pod_for_all_namespaces,
+                field_selector="spec.nodeName=%s" % node, _preload_content=False)
+    return json.loads(resp.data).get("items", [])
+
+
+class Drainer(object):
+    """Evicts the pods of one node and waits until they are gone."""
+
+    def __init__(self, core, node, opts, clock=time.monotonic, sleep=time.sleep):
+        self.core = core
+        self.node = node
+        self.opts = opts
+        self.clock = clock
+        self.sleep = sleep
+        self.lock = threading.Lock()
+        self.blocking_pdbs = {}
+        self.attempts = {}
+        self.errors = {}
+
+    def _delete_options(self):
+        body = {}
+        if self.opts.grace_period is not None:
+            body["gracePeriodSeconds"] = int(self.opts.grace_period)  # 0 really means 0
+        return body
+
+    def _evict_one(self, pod, deadline):
+        ns, name = pod["pod"].split("/", 1)
+        delay = 0.5
+        while True:
+            try:
+                if self.opts.disable_eviction or pod.get("delete"):
+                    self.core.delete_namespaced_pod(name, ns, body=self._delete_options() or None)
+                else:
+                    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": ns}}
+                    opts = self._delete_options()
+                    if opts:
+                        eviction["deleteOptions"] = opts
+                    self.core.create_namespaced_pod_eviction(name, ns, eviction)
+                with self.lock:
+                    self.attempts[pod["pod"]] = self.attempts.get(pod["pod"], 0) + 1
+                return "evicted"
+            except ApiException as exc:
+                with self.lock:
+                    self.attempts[pod["pod"]] = self.attempts.get(pod["pod"], 0) + 1
+                if exc.status == 404:
+                    return "gone"
+                if exc.status == 429:
+                    pdb, msg = pdb_from_429(exc.body)
+                    with self.lock:
+                        self.blocking_pdbs[pod["pod"]] = {"pdb": "%s/%s" % (ns, pdb) if pdb else None,
+                                                          "message": msg}
+                elif exc.status == 500 and "more than one PodDisruptionBudget" in str(exc.body):
+                    with self.lock:
+                        self.errors[pod["pod"]] = "more than one PodDisruptionBudget selects this pod; " \
+                                                  "the API server refuses to evict it until that is fixed"
+                    return "error"
+                elif exc.status in (403, 401):
+                    with self.lock:
+                        self.errors[pod["pod"]] = "eviction forbidden (%s): %s" % (exc.status, exc.reason)
+                    return "error"
+                elif exc.status >= 500 or exc.status == 409:
+                    pass  # transient: retry
+                else:
+                    with self.lock:
+                        self.errors[pod["pod"]] = "eviction failed: HTTP %s %s" % (exc.status, exc.reason)
+                    return "error"
+            except Exception as exc:  # connection trouble: retry until the deadline
+                with self.lock:
+                    self.errors[pod["pod"]] = "eviction request failed: %s" % str(exc)[:200]
+            if self.clock() + delay > deadline:
+                return "timeout"
+            self.sleep(delay + random.uniform(0, delay / 4))
+            delay = min(delay * 2, 5.0)
+
+    def run(self, plan):
+        """Evict/delete planned pods, then wait for them to be gone. Returns a result dict."""
+        start = self.clock()
+        deadline = start + self.opts.timeout
+        targets = [dict(p) for p in plan[EVICT]] + [dict(p, delete=True) for p in plan[DELETE]]
+        outcome = {}
+        if targets:
+            workers = min(self.opts.max_parallel, len(targets))
+            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+                futures = {ex.submit(self._evict_one, p, deadline): p for p in targets}
+                for fut in concurrent.futures.as_completed(futures):
+                    outcome[futures[fut]["pod"]] = fut.result()
+        # Wait until no pod with a targeted (or already terminating) UID remains.
+        waiting = {p["uid"]: p["pod"] for p in targets + plan[WAIT]
+                   if outcome.get(p["pod"]) in (None, "evicted", "gone")}
+        remaining = dict(waiting)
+        while remaining:
+            present = {p["metadata"]["uid"] for p in list_node_pods(self.core, self.node)}
+            remaining = {uid: key for uid, key in remaining.items() if uid in present}
+            if not remaining or self.clock() >= deadline:
+                break
+            self.sleep(self.opts.poll_interval)
+        evicted = sorted(k for k, v in outcome.items() if v in ("evicted", "gone") and k not in remaining.values())
+        still = sorted(set(remaining.values()) | {k for k, v in outcome.items() if v in ("timeout", "error")})
+        pdbs = {}
+        for key in still:
+            info = self.blocking_pdbs.get(key)
+            if info and info.get("pdb"):
+                pdbs.setdefault(info["pdb"], {"pdb": info["pdb"], "message": info["message"], "pods": []})
+                pdbs[info["pdb"]]["pods"].append(key)
+        return {
+            "evicted": evicted,
+            "deleted_terminal": sorted(p["pod"] for p in plan[DELETE] if p["pod"] in evicted),
+            "kept": plan[SKIP],
+            "still_present": still,
+            "blocking_pdbs": sorted(pdbs.values(), key=lambda d: d["pdb"]),
+            "errors": {k: v for k, v in self.errors.items() if k in still},
+            "eviction_attempts": sum(self.attempts.values()),
+            "duration": round(self.clock() - start, 2),
+            "timed_out": bool(still) and (self.clock() >= deadline or "timeout" in outcome.values()),
+        }
+
+
+def describe_failure(node, result, timeout):
+    parts = []
+    for pdb in result["blocking_pdbs"]:
+        parts.append("PodDisruptionBudget %s allowed no disruption (%s) for %s"
+                     % (pdb["pdb"], pdb["message"], ", ".join(pdb["pods"])))
+    for key, err in sorted(result["errors"].items()):
+        parts.append("%s: %s" % (key, err))
+    others = [k for k in result["still_present"] if not any(k in p["pods"] for p in result["blocking_pdbs"])
+              and k not in result["errors"]]
+    if others:
+        parts.append("still terminating: %s" % ", ".join(others))
+    what = "timed out after %ss" % timeout if result.get("timed_out") else "failed"
+    return "drain of node %s %s: %s. The node stays cordoned." % (node, what, "; ".join(parts) or "unknown cause")

@@ -1,0 +1,275 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The one Kubernetes client factory of NodeWright, shared by the inventory plugin,
+the modules and the rollout engine.
+
+Credentials come, in this order, from explicit options, the ``K8S_AUTH_*``
+environment variables (what AWX/AAP's Kubernetes credential sets), a kubeconfig
+file (``kubeconfig`` option, ``K8S_AUTH_KUBECONFIG``, ``KUBECONFIG``, then
+``~/.kube/config``), and finally the in-cluster service account.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
+
+try:
+    import urllib3
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.client.rest import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError as exc:  # reported by the caller with a clear message
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = exc
+    ApiException = ConfigException = Exception
+
+AUTH_OPTIONS = ("kubeconfig", "context", "host", "api_key", "ca_cert", "client_cert", "client_key",
+                "validate_certs", "proxy")
+ENV = {
+    "kubeconfig": "K8S_AUTH_KUBECONFIG", "context": "K8S_AUTH_CONTEXT", "host": "K8S_AUTH_HOST",
+    "api_key": "K8S_AUTH_API_KEY", "ca_cert": "K8S_AUTH_SSL_CA_CERT", "client_cert": "K8S_AUTH_CERT_FILE",
+    "client_key": "K8S_AUTH_KEY_FILE", "validate_certs": "K8S_AUTH_VERIFY_SSL", "proxy": "K8S_AUTH_PROXY",
+}
+IN_CLUSTER_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+# Argument spec fragment for modules (the doc fragment nodewright.fleet.k8s_auth documents it).
+AUTH_ARG_SPEC = {
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+    "host": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
+    "client_cert": {"type": "path", "aliases": ["cert_file"]},
+    "client_key": {"type": "path", "aliases": ["key_file"], "no_log": False},
+    "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
+    "proxy": {"type": "str"},
+}
+
+_TRUE = ("1", "true", "yes", "on")
+_TRANSPORT_ERRORS = (OSError, urllib3.exceptions.HTTPError) if HAS_KUBERNETES else (OSError,)
+
+
+def require_kubernetes():
+    if not HAS_KUBERNETES:
+        raise NodeWrightError("the Python 'kubernetes' library is needed on the host that runs this task "
+                              "(%s)" % KUBERNETES_IMPORT_ERROR,
+                              hint="pip install kubernetes, or run the task with delegate_to: localhost")
+
+
+def resolve_auth(params=None, environ=None):
+    """Merge explicit options with the K8S_AUTH_* environment; explicit wins."""
+    params = params or {}
+    environ = os.environ if environ is None else environ
+    auth = {}
+    for key in AUTH_OPTIONS:
+        value = params.get(key)
+        if value is None and environ.get(ENV[key]) not in (None, ""):
+            value = environ[ENV[key]]
+            if key == "validate_certs":
+                value = str(value).lower() in _TRUE
+        if value is not None:
+            auth[key] = value
+    return auth
+
+
+def _describe(auth):
+    if auth.get("host"):
+        return auth["host"]
+    return "the cluster of kubeconfig %s" % (auth.get("kubeconfig") or os.environ.get("KUBECONFIG")
+                                              or "~/.kube/config")
+
+
+def build_configuration(auth):
+    """Return a kubernetes.client.Configuration for the given auth options."""
+    require_kubernetes()
+    cfg = k8s_client.Configuration()
+    explicit_host = auth.get("host")
+    loaded = False
+    if not (explicit_host and (auth.get("api_key") or auth.get("client_cert"))):
+        kubeconfig = auth.get("kubeconfig") or os.environ.get("KUBECONFIG")
+        default = os.path.expanduser("~/.kube/config")
+        candidates = [kubeconfig] if kubeconfig else ([default] if os.path.exists(default) else [])
+        for path in candidates:
+            for one in str(path).split(os.pathsep):
+                if one and not os.path.exists(os.path.expanduser(one)):
+                    raise ClusterError("kubeconfig %s does not exist" % one,
+                                       hint="set kubeconfig, K8S_AUTH_KUBECONFIG or KUBECONFIG to an existing "
+                                            "file, or give host and api_key")
+            try:
+                k8s_config.load_kube_config(config_file=os.path.expanduser(str(path)),
+                                            context=auth.get("context"), client_configuration=cfg,
+                                            persist_config=False)
+                loaded = True
+            except ConfigException as exc:
+                raise ClusterError("cannot use kubeconfig %s: %s" % (path, exc),
+                                   hint="check the file and the context name")
+        if not loaded and not explicit_host:
+            if os.path.exists(IN_CLUSTER_TOKEN):
+                try:
+                    k8s_config.load_incluster_config(client_configuration=cfg)
+                    loaded = True
+                except ConfigException as exc:
+                    raise ClusterError("in-cluster credentials unusable: %s" % exc)
+            else:
+                raise ClusterError(
+                    "no cluster credentials found",
+                    hint="set the kubeconfig option, K8S_AUTH_KUBECONFIG or KUBECONFIG, or host with api_key "
+                         "(K8S_AUTH_HOST/K8S_AUTH_API_KEY), or run in a pod with a service account")
+    if explicit_host:
+        cfg.host = explicit_host
+    if auth.get("api_key"):
+        cfg.api_key = {"authorization": "Bearer " + auth["api_key"]}
+    if auth.get("ca_cert"):
+        cfg.ssl_ca_cert = auth["ca_cert"]
+    if auth.get("client_cert"):
+        cfg.cert_file = auth["client_cert"]
+    if auth.get("client_key"):
+        cfg.key_file = auth["client_key"]
+    if auth.get("validate_certs") is not None:
+        cfg.verify_ssl = bool(auth["validate_certs"])
+    if auth.get("proxy"):
+        cfg.proxy = auth["proxy"]
+    if not cfg.verify_ssl:
+        urllib3.disable_warnings()
+    cfg.retries = 2
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 64)  # parallel evictions
+    return cfg
+
+
+_CLIENT_CACHE = {}
+
+
+def get_api_client(params=None, environ=None):
+    """A cached ApiClient per distinct auth; reusing it keeps connections pooled."""
+    auth = resolve_auth(params, environ)
+    key = tuple(sorted((k, str(v)) for k, v in auth.items())) + (os.environ.get("KUBECONFIG", ""),)
+    if key not in _CLIENT_CACHE:
+        cfg = build_configuration(auth)
+        api = k8s_client.ApiClient(cfg)
+        api.nodewright_target = _describe(auth) if auth.get("host") else cfg.host
+        _CLIENT_CACHE[key] = api
+    return _CLIENT_CACHE[key]
+
+
+def explain_api_error(exc, what, target=None):
+    """Turn an API or connection failure into a ClusterError a person can act on.
+
+    The HTTP status, when there is one, is in ``error.details["status"]``.
+    """
+    where = (" at %s" % target) if target else ""
+    status = getattr(exc, "status", None)
+    if status == 401:
+        return ClusterError("%s: the API server%s rejected the credentials (401)" % (what, where),
+                            hint="the token or certificate is missing, wrong or expired; refresh the credential",
+                            status=status)
+    if status == 403:
+        reason = _api_message(exc)
+        return ClusterError("%s: forbidden (403): %s" % (what, reason),
+                            hint="grant the missing permission (see deploy/ for NodeWright's least-privilege "
+                                 "ClusterRole)", status=status)
+    if status == 404:
+        return ClusterError("%s: not found (404): %s" % (what, _api_message(exc)), status=status)
+    if status:
+        return ClusterError("%s: HTTP %s from the API server%s: %s" % (what, status, where, _api_message(exc)),
+                            status=status)
+    return ClusterError("%s: cannot reach the Kubernetes API server%s: %s" % (what, where, _short(exc)),
+                        hint="check that the cluster is up and the address and port are right")
+
+
+def _api_message(exc):
+    import json
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message") or body
+        except (ValueError, AttributeError):
+            return str(body)[:300]
+    return getattr(exc, "reason", None) or str(exc)
+
+
+def _short(exc):
+    text = str(exc)
+    if "Connection refused" in text or "NewConnectionError" in text:
+        return "connection refused"
+    if "timed out" in text.lower():
+        return "connection timed out"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "TLS certificate verification failed (set ca_cert, or validate_certs: false for a lab)"
+    return text[:300]
+
+
+def call(what, fn, *args, **kwargs):
+    """Run one API call; failures become ClusterError with a clear message."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiException as exc:
+        raise explain_api_error(exc, what)
+    except _TRANSPORT_ERRORS as exc:
+        raise explain_api_error(exc, what)
+
+
+# --- Raw JSON reads -------------------------------------------------------------------
+# The generated API classes deserialise every object into model instances; at
+# thousands of nodes or pods that costs more than the transfer itself, and importing
+# CoreV1Api alone takes a good part of a second. Reads that only need the data use
+# these helpers: one GET through the same ApiClient (auth, TLS, proxy, retries), the
+# body decoded with json.loads.
+
+_JSON_HEADERS = {"Accept": "application/json"}
+
+
+def _raw_get(api, path, query, timeout):
+    if hasattr(api, "param_serialize"):  # clients generated with pydantic models (kubernetes >= 35)
+        method, url, headers, body, post = api.param_serialize(
+            "GET", path, query_params=list(query), header_params=dict(_JSON_HEADERS),
+            auth_settings=["BearerToken"])
+        resp = api.call_api(method, url, header_params=headers, _request_timeout=timeout)
+        data = resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return data
+    resp = api.call_api(path, "GET", query_params=list(query), header_params=dict(_JSON_HEADERS),
+                        auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                        _request_timeout=timeout)
+    try:
+        return resp.data
+    finally:
+        resp.release_conn()
+
+
+def get_json(api, path, what, query=(), timeout=None):
+    """GET ``path`` (e.g. ``/api/v1/nodes``) and return the decoded JSON; ClusterError on failure."""
+    data = call(what, _raw_get, api, path, query, timeout)
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ClusterError("%s: the API server sent a response that is not JSON (%s)" % (what, exc))
+
+
+def list_pages(api, path, what, query=(), page_size=500, timeout=None):
+    """Yield the ``items`` of each page of a paginated LIST (``limit`` and ``continue``)."""
+    token = None
+    while True:
+        params = list(query) + [("limit", page_size)]
+        if token:
+            params.append(("continue", token))
+        try:
+            page = get_json(api, path, what, params, timeout)
+        except ClusterError as exc:
+            if token and exc.details.get("status") == 410:
+                raise ClusterError("%s: the listing took longer than the API server keeps its continue "
+                                   "token (410 Gone)" % what,
+                                   hint="run it again; a larger page size makes fewer, longer requests",
+                                   status=410)
+            raise
+        yield page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return

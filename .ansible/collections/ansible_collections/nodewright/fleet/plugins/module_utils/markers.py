@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Every mark NodeWright puts on a Node or reads from one, in one place.
+
+Labels, annotations, taints, condition types and event reasons all live under the
+``nodewright.io/`` prefix so that ``kubectl get nodes -l`` and ``kubectl describe``
+show at once what NodeWright did, and so that nothing collides with other tools
+(the GPU Operator's ``nvidia.com/gpu-driver-upgrade-*`` marks in particular).
+"""
+
+from __future__ import annotations
+
+PREFIX = "nodewright.io"
+API_GROUP = "nodewright.io"
+API_VERSION = "v1alpha1"
+FIELD_MANAGER = "nodewright"
+
+# Node labels
+LABEL_STATUS = PREFIX + "/status"
+LABEL_IGNORE = PREFIX + "/ignore"
+
+# Node annotations
+ANNOTATION_CORDONED_BY = PREFIX + "/cordoned-by"
+ANNOTATION_STATE_PREFIX = PREFIX + "/state-"
+ANNOTATION_BLOCKED_BY = PREFIX + "/blocked-by"
+
+# Resource annotations (on NodeWright objects)
+ANNOTATION_PAUSE = PREFIX + "/pause"
+ANNOTATION_DISABLE = PREFIX + "/disable"
+
+# Taints
+TAINT_RUNTIME_REQUIRED = PREFIX + "/runtime-required"
+
+# Node condition types
+CONDITION_ERRORING = PREFIX + "/Erroring"
+CONDITION_BLOCKED = PREFIX + "/Blocked"
+CONDITION_DRIFT = PREFIX + "/Drift"
+
+# Event reasons
+EVENT_CORDON = "NodeWrightCordon"
+EVENT_UNCORDON = "NodeWrightUncordon"
+EVENT_DRAIN = "NodeWrightDrain"
+EVENT_DRAIN_FAILED = "NodeWrightDrainFailed"
+EVENT_BLOCKED = "NodeWrightBlocked"
+EVENT_APPLY = "NodeWrightApply"
+EVENT_INTERRUPT = "NodeWrightInterrupt"
+EVENT_FAILED = "NodeWrightFailed"
+EVENT_COMPLETE = "NodeWrightComplete"
+
+# Node status values (label value and state annotation "status")
+STATUS_COMPLETE = "complete"
+STATUS_IN_PROGRESS = "in_progress"
+STATUS_ERRORING = "erroring"
+STATUS_BLOCKED = "blocked"
+STATUS_WAITING = "waiting"
+STATUS_UNKNOWN = "unknown"
+STATUSES = (STATUS_COMPLETE, STATUS_IN_PROGRESS, STATUS_ERRORING, STATUS_BLOCKED,
+            STATUS_WAITING, STATUS_UNKNOWN)
+
+# Marks of other tools that NodeWright respects and never fights.
+GPU_OPERATOR_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+GPU_OPERATOR_UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+SKYHOOK_IGNORE = "skyhook.nvidia.com/ignore"
+
+
+def state_annotation(resource):
+    """Annotation key that holds the JSON state of one NodeWright resource on a node."""
+    return ANNOTATION_STATE_PREFIX + resource
+
+
+def status_label(resource):
+    """Label key that holds the status of one NodeWright resource on a node."""
+    return LABEL_STATUS + "-" + resource

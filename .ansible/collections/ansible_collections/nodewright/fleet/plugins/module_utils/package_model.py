@@ -1,0 +1,716 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The NodeWright package format: a directory with a manifest, step scripts and
+files to lay onto the host; loaded, validated and turned into one model.
+
+Two directory layouts load into the same ``Package``:
+
+* NodeWright: ``package.json`` (or ``package.yaml``, read on the controller by the
+  action plugin), ``steps/`` with the step scripts, ``files/`` laid onto the host;
+* Skyhook (agent schema v1): ``config.json``, ``skyhook_dir/`` and ``root_dir/``,
+  so existing Skyhook packages run unmodified.
+
+Validation collects every problem it finds and raises one ``PackageError`` whose
+``errors`` list each carry the package, the field path (``stages.apply[0].path``),
+the manifest file and the line, and a hint that says how to fix it. Stdlib only:
+this module also runs on the node.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+from json.decoder import scanstring
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+
+NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
+# Skyhook's config.json puts no rule on package_name (nvidia_tuned exists); the
+# name a NodeWright resource gives the package must still match NAME_RE.
+SKYHOOK_NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
+STEP_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]+$")
+CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SEMVER_RE = re.compile(
+    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
+
+STAGES = ("apply", "config", "upgrade", "uninstall", "post-interrupt")
+CHECK_SUFFIX = "-check"
+ALL_STAGES = tuple(s for stage in STAGES for s in (stage, stage + CHECK_SUFFIX))
+# Ascending severity: merging interrupts keeps the most severe.
+INTERRUPT_TYPES = ("noop", "service", "restartAllServices", "reboot")
+
+FORMAT_NATIVE = "nodewright"
+FORMAT_SKYHOOK = "skyhook"
+MANIFEST_JSON = "package.json"
+MANIFEST_YAML = "package.yaml"
+MANIFEST_SKYHOOK = "config.json"
+# (steps directory, files laid onto the host) per format
+LAYOUT = {FORMAT_NATIVE: ("steps", "files"), FORMAT_SKYHOOK: ("skyhook_dir", "root_dir")}
+DEFAULT_STEP_TIMEOUT = 1800
+
+NATIVE_FIELDS = ("name", "version", "description", "stages", "interrupt", "configInterrupts",
+                 "dependsOn", "expectedConfig", "defaultConfig")
+STEP_FIELDS = ("name", "path", "arguments", "env", "returncodes", "idempotent", "upgrade_step",
+               "on_host", "timeout")
+SKYHOOK_STEP_FIELDS = {"name": "name", "path": "path", "arguments": "arguments", "env": "env",
+                       "returncodes": "returncodes", "idempotence": "idempotent",
+                       "upgrade_step": "upgrade_step", "on_host": "on_host", "timeout": "timeout"}
+
+
+# --------------------------------------------------------------------------- versions
+
+class Version(object):
+    """A semantic version (semver 2.0.0) with its precedence rules."""
+
+    __slots__ = ("text", "major", "minor", "patch", "prerelease", "build")
+
+    def __init__(self, text):
+        m = SEMVER_RE.match(text) if isinstance(text, str) else None
+        if not m:
+            raise ValueError("%r is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)" % (text,))
+        self.text = text
+        self.major, self.minor, self.patch = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        self.prerelease = tuple(m.group(4).split(".")) if m.group(4) else ()
+        self.build = m.group(5) or ""
+
+    def _key(self):
+        # A release sorts after its pre-releases; numeric identifiers sort before
+        # alphanumeric ones and compare as numbers.
+        pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in self.prerelease)
+        return (self.major, self.minor, self.patch, 0 if pre else 1, pre)
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self._key() == other._key()
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __lt__(self, other):
+        return self._key() < other._key()
+
+    def __le__(self, other):
+        return self._key() <= other._key()
+
+    def __gt__(self, other):
+        return self._key() > other._key()
+
+    def __ge__(self, other):
+        return self._key() >= other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return "Version(%r)" % self.text
+
+
+def is_version(text):
+    return isinstance(text, str) and bool(SEMVER_RE.match(text))
+
+
+def compare_versions(a, b):
+    """-1, 0 or 1 as semantic version ``a`` is lower than, equal to or higher than ``b``."""
+    va, vb = Version(a), Version(b)
+    return (va > vb) - (va < vb)
+
+
+# --------------------------------------------------------------------------- config
+
+def render_config_value(value):
+    """The text a config value becomes in its file under ``configmaps/``."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def config_hashes(config):
+    """Per-key digests of a config mapping: what the node state records, so a later
+    run can tell which keys changed without keeping the values on the node."""
+    return {key: hashlib.sha256(render_config_value(value).encode("utf-8")).hexdigest()[:16]
+            for key, value in sorted((config or {}).items())}
+
+
+def config_key_matches(pattern, key):
+    """configInterrupts keys are shell globs over config keys (``*.conf``, ``kernel.*``)."""
+    return fnmatch.fnmatchcase(key, pattern)
+
+
+# --------------------------------------------------------------------------- model
+
+class Interrupt(object):
+    """What the node must undergo after a stage: reboot, restart of some services,
+    restart of all services, or nothing."""
+
+    __slots__ = ("type", "services")
+
+    def __init__(self, type="noop", services=()):
+        self.type = type
+        self.services = tuple(sorted(set(services)))
+
+    def to_dict(self):
+        return {"type": self.type, "services": list(self.services)}
+
+    def __eq__(self, other):
+        return isinstance(other, Interrupt) and (self.type, self.services) == (other.type, other.services)
+
+    def __repr__(self):
+        return "Interrupt(%r, %r)" % (self.type, self.services)
+
+
+class Step(object):
+    """One script run in a stage. ``idempotent`` means the script manages its own
+    idempotence and always runs; other steps run once and leave a flag."""
+
+    __slots__ = ("name", "path", "arguments", "env", "returncodes", "idempotent", "upgrade_step",
+                 "on_host", "timeout")
+
+    def __init__(self, path, name=None, arguments=(), env=None, returncodes=(0,), idempotent=False,
+                 upgrade_step=False, on_host=True, timeout=DEFAULT_STEP_TIMEOUT):
+        self.path = path
+        self.name = name or path
+        self.arguments = tuple(arguments)
+        self.env = dict(env or {})
+        self.returncodes = tuple(returncodes) or (0,)
+        self.idempotent = bool(idempotent)
+        self.upgrade_step = bool(upgrade_step)
+        self.on_host = bool(on_host)
+        self.timeout = timeout
+
+    def fingerprint(self):
+        """Changes when what the step runs changes, so a flag of an edited step is stale."""
+        payload = json.dumps([self.path, list(self.arguments), sorted(self.env.items()),
+                              list(self.returncodes), self.on_host], sort_keys=True)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:12]
+
+    def to_dict(self):
+        return {"name": self.name, "path": self.path, "arguments": list(self.arguments),
+                "env": dict(self.env), "returncodes": list(self.returncodes),
+                "idempotent": self.idempotent, "upgrade_step": self.upgrade_step,
+                "on_host": self.on_host, "timeout": self.timeout}
+
+
+class Package(object):
+    """A validated package. ``root`` is its directory (None for a manifest checked
+    without its files)."""
+
+    def __init__(self, name, version, description="", stages=None, interrupt=None,
+                 config_interrupts=None, depends_on=None, expected_config=(), default_config=None,
+                 root=None, format=FORMAT_NATIVE, source=None):
+        self.name = name
+        self.version = version
+        self.description = description
+        self.stages = {s: tuple((stages or {}).get(s, ())) for s in ALL_STAGES}
+        self.interrupt = interrupt or Interrupt()
+        self.config_interrupts = dict(config_interrupts or {})
+        self.depends_on = dict(depends_on or {})
+        self.expected_config = tuple(expected_config)
+        self.default_config = dict(default_config or {})
+        self.root = root
+        self.format = format
+        self.source = source
+
+    @property
+    def steps_dirname(self):
+        return LAYOUT[self.format][0]
+
+    @property
+    def files_dirname(self):
+        return LAYOUT[self.format][1]
+
+    @property
+    def manifest_name(self):
+        if self.format == FORMAT_SKYHOOK:
+            return MANIFEST_SKYHOOK
+        return os.path.basename(self.source) if self.source else MANIFEST_JSON
+
+    def steps(self, stage):
+        return self.stages.get(stage, ())
+
+    def effective_config(self, config=None):
+        merged = dict(self.default_config)
+        merged.update(config or {})
+        return merged
+
+    def validate_config(self, config=None, field="config"):
+        """Raise ``PackageError`` when the config misses an expected key or uses a
+        key that cannot be a file name under ``configmaps/``."""
+        ctx = _Context(self.name, source=None, lines=None)
+        effective = self.effective_config(config)
+        for key in sorted(effective):
+            if not isinstance(key, str) or not CONFIG_KEY_RE.match(key) or key in (".", ".."):
+                ctx.error((field, key), "config key %r cannot be a file name" % (key,),
+                          "use letters, digits, '-', '_' and '.' (the rules of ConfigMap keys)")
+        for key in self.expected_config:
+            if key not in effective:
+                ctx.error((field,), "expected config key %r is not supplied" % key,
+                          "add %r to the package's config (the manifest lists it in %s)"
+                          % (key, "expected_config_files" if self.format == FORMAT_SKYHOOK
+                             else "expectedConfig"))
+        ctx.raise_if_errors()
+        return effective
+
+    def interrupts_for_keys(self, keys):
+        return [interrupt for key in keys for pattern, interrupt in sorted(self.config_interrupts.items())
+                if config_key_matches(pattern, key)]
+
+    def to_dict(self):
+        """The package in the native manifest's shape (JSON-serialisable)."""
+        return {
+            "name": self.name, "version": self.version, "description": self.description,
+            "format": self.format,
+            "stages": {s: [step.to_dict() for step in steps] for s, steps in self.stages.items() if steps},
+            "interrupt": self.interrupt.to_dict(),
+            "configInterrupts": {k: v.to_dict() for k, v in sorted(self.config_interrupts.items())},
+            "dependsOn": dict(self.depends_on),
+            "expectedConfig": list(self.expected_config),
+            "defaultConfig": dict(self.default_config),
+        }
+
+    def __repr__(self):
+        return "Package(%r, %r, format=%r)" % (self.name, self.version, self.format)
+
+
+# --------------------------------------------------------------------------- errors
+
+class PackageError(ValidationError):
+    """A package failed validation. ``errors`` holds one ``ValidationError`` per
+    problem; the exception itself reads as the first, followed by the rest."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(first.message, field=first.field, hint=first.hint, source=first.source,
+                         line=first.line)
+        self.text = "\n".join(["%d problem(s):" % len(self.errors)] + ["- " + str(e) for e in self.errors]) \
+            if len(self.errors) > 1 else ValidationError.__str__(self)
+
+    def __str__(self):
+        return self.text
+
+
+def field_path(parts):
+    """``("stages", "apply", 0, "path")`` -> ``stages.apply[0].path``; keys that are
+    not identifiers are quoted: ``configInterrupts["kernel.*"]``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += "[%d]" % part
+        elif re.match(r"^[A-Za-z_][-A-Za-z0-9_]*$", part):
+            out += ("." if out else "") + part
+        else:
+            out += "[%s]" % json.dumps(part)
+    return out
+
+
+class _Context(object):
+    """Collects errors for one package, attaching the line of each field."""
+
+    def __init__(self, package, source, lines):
+        self.package = package
+        self.source = source
+        self.lines = lines or {}
+        self.errors = []
+
+    def line_of(self, parts):
+        parts = tuple(parts)
+        while parts:
+            if parts in self.lines:
+                return self.lines[parts]
+            parts = parts[:-1]
+        return self.lines.get(())
+
+    def error(self, parts, message, hint=None):
+        label = "package %r" % self.package if self.package else "package"
+        self.errors.append(ValidationError("%s: %s" % (label, message), field=field_path(parts) or None,
+                                           hint=hint, source=self.source, line=self.line_of(parts)))
+
+    def raise_if_errors(self):
+        if self.errors:
+            raise PackageError(self.errors)
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+def json_line_map(text):
+    """Map each value's path in a JSON document to the line it starts on, so errors
+    point into the manifest. Call only on text that ``json.loads`` accepted."""
+    newlines = [i for i, c in enumerate(text) if c == "\n"]
+    lines = {}
+    ws = re.compile(r"[ \t\n\r]*")
+    scalar = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")
+
+    def line_at(pos):
+        lo, hi = 0, len(newlines)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if newlines[mid] < pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo + 1
+
+    def skip(i):
+        return ws.match(text, i).end()
+
+    def value(i, path):
+        i = skip(i)
+        lines[path] = line_at(i)
+        c = text[i]
+        if c == "{":
+            i = skip(i + 1)
+            if text[i] == "}":
+                return i + 1
+            while True:
+                key, i = scanstring(text, skip(i) + 1)
+                i = skip(i) + 1  # the colon
+                i = skip(value(i, path + (key,)))
+                if text[i] == "}":
+                    return i + 1
+                i += 1  # the comma
+        if c == "[":
+            i = skip(i + 1)
+            if text[i] == "]":
+                return i + 1
+            n = 0
+            while True:
+                i = skip(value(i, path + (n,)))
+                n += 1
+                if text[i] == "]":
+                    return i + 1
+                i += 1
+        if c == '"':
+            return scanstring(text, i + 1)[1]
+        return scalar.match(text, i).end()
+
+    value(0, ())
+    return lines
+
+
+def parse_json_manifest(text, source=None):
+    """Parse a JSON manifest; a syntax error becomes a ``PackageError`` with its line."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise PackageError([ValidationError(
+            "not valid JSON: %s" % getattr(exc, "msg", exc), source=source, line=getattr(exc, "lineno", None),
+            hint="fix the syntax (a trailing comma or a missing quote is the usual cause)")])
+    return data, json_line_map(text)
+
+
+# --------------------------------------------------------------------------- validation
+
+def _check_type(ctx, parts, value, types, what):
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
+        ctx.error(parts, "must be %s, got %s" % (what, _type_name(value)))
+        return False
+    return True
+
+
+def _as_tuple(types):
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _type_name(value):
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _string_list(ctx, parts, value):
+    if not _check_type(ctx, parts, value, list, "a list of strings"):
+        return []
+    ok = []
+    for n, item in enumerate(value):
+        if _check_type(ctx, parts + (n,), item, str, "a string"):
+            ok.append(item)
+    return ok
+
+
+def _string_map(ctx, parts, value, key_re=None, key_hint=None):
+    if not _check_type(ctx, parts, value, dict, "a mapping of strings"):
+        return {}
+    ok = {}
+    for key, item in value.items():
+        if key_re is not None and not key_re.match(key):
+            ctx.error(parts + (key,), "invalid name %r" % key, key_hint)
+            continue
+        if _check_type(ctx, parts + (key,), item, str, "a string"):
+            ok[key] = item
+    return ok
+
+
+def parse_interrupt(ctx, parts, value):
+    """An interrupt from ``{type, services}``; records errors in ``ctx``."""
+    if not _check_type(ctx, parts, value, dict, "a mapping with 'type' (and 'services')"):
+        return None
+    unknown = sorted(set(value) - {"type", "services"})
+    if unknown:
+        ctx.error(parts + (unknown[0],), "unknown interrupt field %r" % unknown[0], "allowed: type, services")
+    itype = value.get("type")
+    if itype not in INTERRUPT_TYPES:
+        ctx.error(parts + ("type",), "unknown interrupt type %r" % (itype,),
+                  "one of %s" % ", ".join(reversed(INTERRUPT_TYPES)))
+        return None
+    services = _string_list(ctx, parts + ("services",), value.get("services") or [])
+    if itype == "service" and not services:
+        ctx.error(parts + ("services",), "interrupt type 'service' needs the services to restart",
+                  "list them, e.g. services: [containerd.service]")
+    if itype != "service" and services:
+        ctx.error(parts + ("services",), "interrupt type %r takes no services" % itype,
+                  "use type 'service' to restart named services")
+    return Interrupt(itype, services)
+
+
+def _parse_step(ctx, parts, raw, stage, fmt):
+    if not _check_type(ctx, parts, raw, dict, "a mapping describing a step"):
+        return None
+    if fmt == FORMAT_SKYHOOK:
+        data = {}
+        for key, value in raw.items():
+            if key in SKYHOOK_STEP_FIELDS:
+                data[SKYHOOK_STEP_FIELDS[key]] = (key, value)
+        # Skyhook's schema allows further fields (requires_interrupt, ...): ignore them.
+    else:
+        unknown = sorted(set(raw) - set(STEP_FIELDS))
+        for key in unknown:
+            ctx.error(parts + (key,), "unknown step field %r" % key, "allowed: %s" % ", ".join(STEP_FIELDS))
+        data = {k: (k, v) for k, v in raw.items() if k in STEP_FIELDS}
+
+    def get(name, default=None):
+        return data[name][1] if name in data else default
+
+    def where(name):
+        return parts + (data[name][0] if name in data else name,)
+
+    path = get("path")
+    if path is None:
+        ctx.error(parts, "step has no 'path'", "give the script's path relative to the package's %s/"
+                  % LAYOUT[fmt][0])
+        return None
+    if not _check_type(ctx, where("path"), path, str, "a string"):
+        return None
+    if not path or os.path.isabs(path) or ".." in path.split("/"):
+        ctx.error(where("path"), "step path %r must be relative to %s/ and stay inside it" % (path, LAYOUT[fmt][0]))
+        return None
+    name = get("name", path)
+    if not isinstance(name, str) or not STEP_NAME_RE.match(name):
+        if "name" in data:
+            ctx.error(where("name"), "invalid step name %r" % (name,), "use letters, digits, '_', '-' and '.'")
+        name = re.sub(r"[^a-zA-Z0-9_.-]", "_", path)
+    arguments = _string_list(ctx, where("arguments"), get("arguments", []))
+    env = _string_map(ctx, where("env"), get("env", {}) or {}, ENV_NAME_RE,
+                      "environment variable names are letters, digits and '_'")
+    returncodes = get("returncodes", [0])
+    if not isinstance(returncodes, list) or not returncodes or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in returncodes):
+        ctx.error(where("returncodes"), "returncodes must be a non-empty list of exit codes (0-255)",
+                  "e.g. [0] or [0, 2]")
+        returncodes = [0]
+    flags = {}
+    for flag, default in (("idempotent", False), ("upgrade_step", False), ("on_host", True)):
+        value = get(flag, default)
+        if not isinstance(value, bool):
+            ctx.error(where(flag), "must be true or false, got %s" % _type_name(value))
+            value = default
+        flags[flag] = value
+    timeout = get("timeout", DEFAULT_STEP_TIMEOUT)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+        ctx.error(where("timeout"), "timeout must be a positive number of seconds")
+        timeout = DEFAULT_STEP_TIMEOUT
+    if flags["upgrade_step"]:
+        if not stage.startswith("upgrade"):
+            ctx.error(where("upgrade_step"), "upgrade_step is only meaningful in upgrade and upgrade-check",
+                      "remove it, or move the step to the upgrade stage")
+        if arguments:
+            ctx.error(where("arguments"), "an upgrade step takes no arguments: it is given the previous and "
+                      "the current version", "remove the arguments")
+    return Step(path, name=name, arguments=arguments, env=env, returncodes=returncodes,
+                idempotent=flags["idempotent"], upgrade_step=flags["upgrade_step"],
+                on_host=flags["on_host"], timeout=timeout)
+
+
+def _parse_stages(ctx, parts, value, fmt, stage_word):
+    stages = {}
+    if not _check_type(ctx, parts, value, dict, "a mapping of stage name to a list of steps"):
+        return stages
+    for stage, raw_steps in value.items():
+        if stage not in ALL_STAGES:
+            ctx.error(parts + (stage,), "unknown %s %r" % (stage_word, stage), "one of %s" % ", ".join(ALL_STAGES))
+            continue
+        if raw_steps is None:
+            raw_steps = []
+        if not _check_type(ctx, parts + (stage,), raw_steps, list, "a list of steps"):
+            continue
+        steps = []
+        for n, raw in enumerate(raw_steps):
+            step = _parse_step(ctx, parts + (stage, n), raw, stage, fmt)
+            if step is not None:
+                steps.append(step)
+        names = [s.name for s in steps]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            ctx.error(parts + (stage,), "two steps of %s %r are named %r" % (stage_word, stage, dup),
+                      "give each step a distinct name: logs and flags are keyed by it")
+        stages[stage] = steps
+    for stage in STAGES:
+        if stages.get(stage) and not stages.get(stage + CHECK_SUFFIX):
+            ctx.error(parts + (stage,), "%s %r has steps but %r has none" % (stage_word, stage, stage + CHECK_SUFFIX),
+                      "add a %s step that verifies what %s did" % (stage + CHECK_SUFFIX, stage))
+    if not any(stages.values()):
+        ctx.error(parts, "the package has no steps", "add at least an apply or config stage with its check")
+    return stages
+
+
+def _check_scripts(ctx, root, fmt, stages, stages_key):
+    steps_dir = os.path.join(root, LAYOUT[fmt][0])
+    for stage, steps in stages.items():
+        for n, step in enumerate(steps):
+            script = os.path.join(steps_dir, step.path)
+            if not os.path.isfile(script):
+                ctx.error((stages_key, stage, n, "path"), "step script %r does not exist" % step.path,
+                          "create %s, or fix the path (it is relative to %s/)" % (script, LAYOUT[fmt][0]))
+
+
+def _from_native(data, root, source, lines):
+    name = data.get("name") if isinstance(data, dict) else None
+    ctx = _Context(name if isinstance(name, str) else None, source, lines)
+    if not isinstance(data, dict):
+        ctx.error((), "the manifest must be a mapping")
+        ctx.raise_if_errors()
+    for key in sorted(set(data) - set(NATIVE_FIELDS)):
+        ctx.error((key,), "unknown field %r" % key, "allowed: %s" % ", ".join(NATIVE_FIELDS))
+    if "name" not in data:
+        ctx.error((), "missing 'name'", "add a name matching %s" % NAME_RE.pattern)
+    elif not isinstance(name, str) or not NAME_RE.match(name):
+        ctx.error(("name",), "invalid package name %r" % (name,),
+                  "2-43 characters of a-z, 0-9 and '-', starting and ending with a letter (%s)" % NAME_RE.pattern)
+    version = data.get("version")
+    if "version" not in data:
+        ctx.error((), "missing 'version'", "add a semantic version such as 1.0.0")
+    elif not is_version(version):
+        ctx.error(("version",), "version %r is not a semantic version" % (version,),
+                  "use MAJOR.MINOR.PATCH, e.g. 1.0.0 or 1.1.0-rc.1")
+    description = data.get("description", "")
+    _check_type(ctx, ("description",), description, str, "a string")
+    stages = _parse_stages(ctx, ("stages",), data.get("stages", {}), FORMAT_NATIVE, "stage")
+    interrupt = Interrupt()
+    if "interrupt" in data:
+        interrupt = parse_interrupt(ctx, ("interrupt",), data["interrupt"]) or Interrupt()
+    config_interrupts = {}
+    raw_ci = data.get("configInterrupts", {})
+    if _check_type(ctx, ("configInterrupts",), raw_ci, dict, "a mapping of config key glob to interrupt"):
+        for pattern, raw in raw_ci.items():
+            parsed = parse_interrupt(ctx, ("configInterrupts", pattern), raw)
+            if parsed is not None:
+                config_interrupts[pattern] = parsed
+    depends_on = _parse_depends_on(ctx, ("dependsOn",), data.get("dependsOn", {}), name)
+    expected = _string_list(ctx, ("expectedConfig",), data.get("expectedConfig", []))
+    for n, key in enumerate(expected):
+        if not CONFIG_KEY_RE.match(key):
+            ctx.error(("expectedConfig", n), "config key %r cannot be a file name" % key,
+                      "use letters, digits, '-', '_' and '.'")
+    default_config = data.get("defaultConfig", {})
+    if _check_type(ctx, ("defaultConfig",), default_config, dict, "a mapping of config key to value"):
+        for key in default_config:
+            if not CONFIG_KEY_RE.match(key):
+                ctx.error(("defaultConfig", key), "config key %r cannot be a file name" % key,
+                          "use letters, digits, '-', '_' and '.'")
+    else:
+        default_config = {}
+    if root is not None:
+        _check_scripts(ctx, root, FORMAT_NATIVE, stages, "stages")
+    ctx.raise_if_errors()
+    return Package(name, version, description=description, stages=stages, interrupt=interrupt,
+                   config_interrupts=config_interrupts, depends_on=depends_on, expected_config=expected,
+                   default_config=default_config, root=root, format=FORMAT_NATIVE, source=source)
+
+
+def _parse_depends_on(ctx, parts, value, own_name):
+    deps = {}
+    if not _check_type(ctx, parts, value, dict, "a mapping of package name to version"):
+        return deps
+    for dep, version in value.items():
+        if not NAME_RE.match(dep):
+            ctx.error(parts + (dep,), "invalid package name %r" % dep, "names match %s" % NAME_RE.pattern)
+        elif dep == own_name:
+            ctx.error(parts + (dep,), "a package cannot depend on itself")
+        elif not is_version(version):
+            ctx.error(parts + (dep,), "dependency version %r is not a semantic version" % (version,),
+                      "use MAJOR.MINOR.PATCH")
+        else:
+            deps[dep] = version
+    return deps
+
+
+def _from_skyhook(data, root, source, lines):
+    name = data.get("package_name") if isinstance(data, dict) else None
+    ctx = _Context(name if isinstance(name, str) else None, source, lines)
+    if not isinstance(data, dict):
+        ctx.error((), "config.json must be a mapping")
+        ctx.raise_if_errors()
+    if data.get("schema_version") != "v1":
+        ctx.error(("schema_version",), "unsupported Skyhook schema_version %r" % (data.get("schema_version"),),
+                  "NodeWright reads Skyhook agent schema v1")
+    if not isinstance(name, str) or not SKYHOOK_NAME_RE.match(name):
+        ctx.error(("package_name",), "invalid or missing package_name %r" % (name,))
+    version = data.get("package_version")
+    if not is_version(version):
+        ctx.error(("package_version",), "package_version %r is not a semantic version" % (version,),
+                  "use MAJOR.MINOR.PATCH, e.g. 1.0.0")
+    expected = _string_list(ctx, ("expected_config_files",), data.get("expected_config_files", []))
+    stages = _parse_stages(ctx, ("modes",), data.get("modes", {}), FORMAT_SKYHOOK, "mode")
+    if root is not None:
+        _check_scripts(ctx, root, FORMAT_SKYHOOK, stages, "modes")
+    ctx.raise_if_errors()
+    return Package(name, version, stages=stages, expected_config=expected, root=root,
+                   format=FORMAT_SKYHOOK, source=source)
+
+
+def package_from_manifest(data, root=None, source=None, lines=None, fmt=FORMAT_NATIVE):
+    """Validate parsed manifest data into a ``Package``. With ``root`` the step
+    scripts must exist under it; ``lines`` maps field paths to manifest lines."""
+    if fmt == FORMAT_SKYHOOK:
+        return _from_skyhook(data, root, source, lines)
+    return _from_native(data, root, source, lines)
+
+
+def find_manifest(path):
+    """(format, manifest path) of a package directory, or a ``PackageError``."""
+    for fmt, name in ((FORMAT_NATIVE, MANIFEST_JSON), (FORMAT_NATIVE, MANIFEST_YAML),
+                      (FORMAT_SKYHOOK, MANIFEST_SKYHOOK)):
+        candidate = os.path.join(path, name)
+        if os.path.isfile(candidate):
+            return fmt, candidate
+    if not os.path.isdir(path):
+        hint = "give the path of a package directory"
+        raise PackageError([ValidationError("package directory %s does not exist" % path, hint=hint)])
+    raise PackageError([ValidationError(
+        "%s holds no package manifest" % path,
+        hint="a package directory has %s (NodeWright) or %s (Skyhook)" % (MANIFEST_JSON, MANIFEST_SKYHOOK))])
+
+
+def load_package(path, config=None):
+    """Load and validate the package in directory ``path``; with ``config``, also
+    check it supplies every expected key. ``package.yaml`` needs the controller
+    (PyYAML): the action plugin loads it with ``package_from_manifest``."""
+    fmt, manifest = find_manifest(path)
+    if manifest.endswith(".yaml"):
+        raise PackageError([ValidationError(
+            "%s is YAML, which the node cannot read" % manifest, source=manifest,
+            hint="run through the nodewright.fleet.package action (it converts YAML on the controller) "
+                 "or ship package.json")])
+    with open(manifest, "r") as fh:
+        text = fh.read()
+    data, lines = parse_json_manifest(text, manifest)
+    package = package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
+    if config is not None:
+        package.validate_config(config)
+    return package

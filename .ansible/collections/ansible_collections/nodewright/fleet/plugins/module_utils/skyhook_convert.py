@@ -1,0 +1,315 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Convert Skyhook resources to NodeWright resources.
+
+``skyhook.nvidia.com/v1alpha1`` ``Skyhook`` and ``DeploymentPolicy`` objects (and the
+same kinds under the later ``nodewright.nvidia.com`` group) become
+``nodewright.io/v1alpha1`` ``NodeWright`` and ``DeploymentPolicy`` objects. Field
+names are the same where the concept is the same, so most of a resource carries over
+unchanged; the ``pause`` and ``disable`` annotations move to ``nodewright.io/``.
+
+A field that has no NodeWright equivalent is an error naming the field, never a
+silent loss. To convert anyway, name it in ``drop`` (shell-style patterns over field
+paths, e.g. ``spec.packages.*.resources``); every dropped or adjusted field is listed
+in the result's notes. The result is validated against NodeWright's rules before it
+is returned.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from dataclasses import dataclass, field
+from typing import List
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import (
+    ANNOTATION_DISABLE,
+    ANNOTATION_PAUSE,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+    GROUP_VERSION,
+    KIND_DEPLOYMENT_POLICY,
+    KIND_NODEWRIGHT,
+    validate_deployment_policy,
+    validate_nodewright,
+)
+
+# apiVersion -> (annotation prefix, kind of the main resource)
+SOURCE_GROUPS = {
+    "skyhook.nvidia.com/v1alpha1": ("skyhook.nvidia.com/", "Skyhook"),
+    "nodewright.nvidia.com/v1alpha1": ("nodewright.nvidia.com/", "NodeWright"),
+}
+
+# Fields whose meaning is the same in NodeWright: copied as they are.
+_SAME_SPEC_FIELDS = ("nodeSelectors", "podNonInterruptLabels", "deploymentPolicy", "deploymentPolicyOptions",
+                     "priority", "runtimeRequired", "autoTaintNewNodes", "additionalTolerations")
+_SAME_PACKAGE_FIELDS = ("version", "containerSHA", "interrupt", "dependsOn", "configMap", "configInterrupts")
+_SAME_POLICY_FIELDS = ("default", "compartments", "resetBatchStateOnCompletion")
+
+# Metadata the API server sets; it belongs to the old object.
+_SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                    "deletionGracePeriodSeconds", "managedFields", "selfLink", "finalizers", "ownerReferences")
+
+_WHY_NO_EQUIVALENT = {
+    "resources": "NodeWright runs package steps on the host, not in a package pod, so there are no pod "
+                 "resources to set",
+    "gracefulShutdown": "NodeWright runs package steps on the host, not in a package pod, so there is no pod "
+                        "grace period",
+    "agentImageOverride": "NodeWright runs packages itself, without the Skyhook agent image",
+    "stageTimeout": "NodeWright has no per-package stage timeout field",
+    "uninstall": "NodeWright uninstalls packages with its uninstall playbook, not through the resource",
+    "drainConfig": "NodeWright's drain behaviour is set by the rollout playbook's options, not the resource",
+    "sequencing": "NodeWright has no cluster-wide barrier between resources (sequencing: all)",
+}
+
+
+@dataclass
+class Conversion(object):
+    """A converted resource and what changed on the way, in words."""
+
+    resource: dict
+    notes: List[str] = field(default_factory=list)
+
+
+class _Converter(object):
+    def __init__(self, drop):
+        if isinstance(drop, str):
+            drop = (drop,)
+        self.drop = tuple(drop or ())
+        self.notes = []
+
+    def without_equivalent(self, path, why, value=None):
+        """Drop the field if the caller allowed it; otherwise refuse, naming it."""
+        if any(fnmatch.fnmatchcase(path, pattern) for pattern in self.drop):
+            self.notes.append("dropped %s: %s" % (path, why))
+            return
+        shown = "" if value is None else " (%s)" % _short(value)
+        raise ValidationError("has no NodeWright equivalent%s: %s" % (shown, why), field=path,
+                              hint="remove it from the source resource, or convert with drop=[%r] to leave "
+                                   "it out" % path)
+
+    def metadata(self, metadata, prefix):
+        metadata = metadata or {}
+        out = {}
+        for key, value in metadata.items():
+            if key in ("name", "generateName", "labels"):
+                out[key] = copy.deepcopy(value)
+            elif key == "namespace":
+                self.notes.append("dropped metadata.namespace %r: NodeWright resources are cluster scoped" % value)
+            elif key in _SERVER_METADATA:
+                continue
+            elif key != "annotations":
+                self.notes.append("dropped metadata.%s" % key)
+        annotations = {}
+        for key, value in (metadata.get("annotations") or {}).items():
+            if key == prefix + "pause":
+                annotations[ANNOTATION_PAUSE] = value
+            elif key == prefix + "disable":
+                annotations[ANNOTATION_DISABLE] = value
+            elif key.startswith(prefix) or key == "kubectl.kubernetes.io/last-applied-configuration":
+                self.notes.append("dropped annotation %s: it belongs to the old resource" % key)
+            else:
+                annotations[key] = value
+        if annotations:
+            out["annotations"] = annotations
+        return out
+
+    def package(self, name, pkg, where):
+        if not isinstance(pkg, dict):
+            raise ValidationError("a package must be a mapping", field=where)
+        out = {}
+        for key, value in pkg.items():
+            path = "%s.%s" % (where, key)
+            if value is None:
+                continue
+            if key in _SAME_PACKAGE_FIELDS:
+                out[key] = copy.deepcopy(value)
+            elif key == "name":
+                if value != name:
+                    raise ValidationError("package name %r differs from its key %r" % (value, name), field=path,
+                                          hint="NodeWright takes a package's name from its key; rename the key "
+                                               "or remove name")
+            elif key == "image":
+                continue  # below, once version and containerSHA are known
+            elif key == "env":
+                out["env"] = self.env(value, path)
+            elif key == "uninstall" and isinstance(value, dict) and not value.get("apply"):
+                self.notes.append("dropped %s: uninstall is not requested (apply is false); %s"
+                                  % (path, _WHY_NO_EQUIVALENT["uninstall"]))
+            elif key in _WHY_NO_EQUIVALENT:
+                self.without_equivalent(path, _WHY_NO_EQUIVALENT[key], value)
+            else:
+                self.without_equivalent(path, "not a Skyhook package field NodeWright knows", value)
+        if pkg.get("image"):
+            self.image(pkg["image"], out, where)
+        interrupts = [out.get("interrupt")] + list((out.get("configInterrupts") or {}).values())
+        for interrupt in interrupts:
+            # Skyhook writes services: [] for interrupts that have none.
+            if isinstance(interrupt, dict) and interrupt.get("services") == [] and interrupt.get("type") != "service":
+                del interrupt["services"]
+        return out
+
+    def image(self, image, out, where):
+        path = where + ".image"
+        repository, digest, tag = image, None, None
+        if "@" in repository:
+            repository, digest = repository.split("@", 1)
+        last = repository.rsplit("/", 1)[-1]
+        if ":" in last:
+            repository, tag = repository.rsplit(":", 1)
+        if tag is not None:
+            if tag != out.get("version"):
+                raise ValidationError("image tag %r differs from version %r" % (tag, out.get("version")), field=path,
+                                      hint="NodeWright takes the image tag from version; remove the tag from image "
+                                           "or make version match it")
+            self.notes.append("%s: removed tag %r (the tag comes from version)" % (path, tag))
+        if digest is not None:
+            pinned = out.get("containerSHA")
+            if pinned is not None and pinned != digest:
+                raise ValidationError("image digest %s differs from containerSHA %s" % (digest, pinned), field=path,
+                                      hint="keep one digest, in containerSHA")
+            out["containerSHA"] = digest
+            self.notes.append("%s: moved digest to containerSHA" % path)
+        out["image"] = repository
+
+    def env(self, env, where):
+        if not isinstance(env, list):
+            raise ValidationError("env must be a list", field=where)
+        out = []
+        for n, item in enumerate(env):
+            here = "%s[%d]" % (where, n)
+            source = (item or {}).get("valueFrom") or {}
+            for ref in source:
+                if ref not in ("secretKeyRef", "configMapKeyRef"):
+                    self.without_equivalent("%s.valueFrom.%s" % (here, ref),
+                                            "package steps run on the host, outside any pod, so only "
+                                            "secretKeyRef and configMapKeyRef can be resolved", source[ref])
+            item = copy.deepcopy(item)
+            if item.get("valueFrom") is not None:
+                kept = {k: v for k, v in item["valueFrom"].items() if k in ("secretKeyRef", "configMapKeyRef")}
+                if not kept:
+                    continue
+                item["valueFrom"] = kept
+            out.append(item)
+        return out
+
+    def interruption_budget(self, budget, where):
+        if not isinstance(budget, dict):
+            raise ValidationError("interruptionBudget must be a mapping", field=where,
+                                  hint="e.g. {percent: 25} or {count: 2}")
+        budget = {k: v for k, v in budget.items() if v is not None}
+        if not budget:
+            return None  # Skyhook writes interruptionBudget: {} when none is set
+        if budget.get("percent") == 0 and "count" not in budget:
+            self.notes.append("%s: percent 0 became count 1 (Skyhook's ceiling for 0%% is one node)" % where)
+            return {"count": 1}
+        if budget.get("count") == 0 and "percent" not in budget:
+            self.without_equivalent(where + ".count", "a count of 0 would never let a node start; use count: 1 "
+                                                      "or more", 0)
+            return None
+        return budget
+
+    def skyhook(self, obj, prefix):
+        spec = {} if obj.get("spec") is None else obj["spec"]
+        if not isinstance(spec, dict):
+            raise ValidationError("spec must be a mapping", field="spec")
+        out_spec = {}
+        metadata = self.metadata(obj.get("metadata"), prefix)
+        for key, value in spec.items():
+            path = "spec." + key
+            if value is None:
+                continue
+            if key in _SAME_SPEC_FIELDS:
+                out_spec[key] = copy.deepcopy(value)
+            elif key == "packages":
+                if not isinstance(value, dict):
+                    raise ValidationError("packages must be a mapping of name to package", field=path)
+                out_spec["packages"] = {name: self.package(name, pkg, "%s.%s" % (path, name))
+                                        for name, pkg in value.items()}
+            elif key == "interruptionBudget":
+                budget = self.interruption_budget(value, path)
+                if budget is not None:
+                    out_spec[key] = budget
+            elif key == "pause":
+                if value:
+                    metadata.setdefault("annotations", {})[ANNOTATION_PAUSE] = "true"
+                    self.notes.append("spec.pause: true became annotation %s: \"true\"" % ANNOTATION_PAUSE)
+            elif key == "serial":
+                self.notes.append("dropped spec.serial: NodeWright applies a node's packages one at a time, in "
+                                  "dependency order")
+            elif key == "sequencing" and value == "node":
+                continue  # NodeWright's behaviour: each node moves on by itself
+            elif key in _WHY_NO_EQUIVALENT:
+                self.without_equivalent(path, _WHY_NO_EQUIVALENT[key], value)
+            else:
+                self.without_equivalent(path, "not a Skyhook field NodeWright knows", value)
+        if obj.get("status"):
+            self.notes.append("dropped status: NodeWright writes its own")
+        resource = {"apiVersion": GROUP_VERSION, "kind": KIND_NODEWRIGHT, "metadata": metadata, "spec": out_spec}
+        validate_nodewright(resource)
+        return resource
+
+    def policy(self, obj, prefix):
+        spec = {} if obj.get("spec") is None else obj["spec"]
+        if not isinstance(spec, dict):
+            raise ValidationError("spec must be a mapping", field="spec")
+        out_spec = {}
+        for key, value in spec.items():
+            if value is None:
+                continue
+            if key in _SAME_POLICY_FIELDS:
+                out_spec[key] = copy.deepcopy(value)
+            else:
+                self.without_equivalent("spec." + key, "not a Skyhook DeploymentPolicy field NodeWright knows", value)
+        resource = {"apiVersion": GROUP_VERSION, "kind": KIND_DEPLOYMENT_POLICY,
+                    "metadata": self.metadata(obj.get("metadata"), prefix), "spec": out_spec}
+        validate_deployment_policy(resource)
+        return resource
+
+
+def _short(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def convert(obj, drop=()):
+    """Convert one Skyhook ``Skyhook`` or ``DeploymentPolicy`` object; return a Conversion.
+
+    ``drop``: patterns of field paths without a NodeWright equivalent that may be left
+    out (e.g. ``["spec.packages.*.resources", "spec.drainConfig"]``).
+    """
+    if not isinstance(obj, dict):
+        raise ValidationError("a resource must be a mapping, got %s" % type(obj).__name__)
+    api_version = obj.get("apiVersion")
+    kind = obj.get("kind")
+    if api_version not in SOURCE_GROUPS:
+        raise ValidationError("cannot convert apiVersion %r" % (api_version,), field="apiVersion",
+                              hint="expected one of: %s" % ", ".join(sorted(SOURCE_GROUPS)))
+    prefix, main_kind = SOURCE_GROUPS[api_version]
+    converter = _Converter(drop)
+    if kind == main_kind:
+        resource = converter.skyhook(obj, prefix)
+    elif kind == KIND_DEPLOYMENT_POLICY:
+        resource = converter.policy(obj, prefix)
+    else:
+        raise ValidationError("cannot convert kind %r of %s" % (kind, api_version), field="kind",
+                              hint="expected %s or %s" % (main_kind, KIND_DEPLOYMENT_POLICY))
+    return Conversion(resource=resource, notes=converter.notes)
+
+
+def convert_skyhook(obj, drop=()):
+    """Convert a ``Skyhook`` object to a ``NodeWright`` object (a dict)."""
+    if isinstance(obj, dict) and obj.get("kind") == KIND_DEPLOYMENT_POLICY:
+        raise ValidationError("this is a DeploymentPolicy", field="kind", hint="use convert_deployment_policy()")
+    return convert(obj, drop).resource
+
+
+def convert_deployment_policy(obj, drop=()):
+    """Convert a Skyhook ``DeploymentPolicy`` object to a NodeWright one (a dict)."""
+    if isinstance(obj, dict) and obj.get("kind") != KIND_DEPLOYMENT_POLICY:
+        raise ValidationError("expected kind DeploymentPolicy, got %r" % (obj.get("kind"),), field="kind",
+                              hint="use convert_skyhook() for Skyhook objects")
+    return convert(obj, drop).resource
+

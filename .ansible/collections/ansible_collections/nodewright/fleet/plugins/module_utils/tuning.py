@@ -1,0 +1,1080 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Intent-based NVIDIA host tuning: detection, profile resolution, diffs and checks.
+
+Profiles are data (YAML layers shipped in ``roles/nvidia_tuning/files/profiles``);
+this module never reads files: the controller-side filter plugin loads the layers
+and passes them in as plain dicts, so everything here is pure and stdlib only.
+
+A *layer* is a mapping::
+
+    description: text
+    inherits: [platforms/grace]          # other layers, applied first
+    meta: {family: blackwell, arch: arm64, ...}
+    settings:
+      sysctl:   {vm.swappiness: {value: 1, why: ...}}
+      cmdline:  {init_on_alloc: {value: init_on_alloc=0, why: ...}}
+      module:   {ib_umad: {why: ...}}
+      modprobe: {nvidia: {NVreg_CoherentGPUMemoryMode: {value: driver, why: ...}}}
+      dropin:   {containerd.service: {LimitMEMLOCK: {value: infinity, why: ...}}}
+      governor: {cpu: {value: performance, why: ...}}
+      gpu:      {persistence: {value: enabled, why: ...}}
+    remove: {"cmdline:hugepages_1G": why}   # explicit removal, the only way to drop
+    constraints: {...}                      # os/ and clouds/ layers only
+    activate: {option: value}               # options/ layers only
+    requires: {arch: [...], reason: ...}    # options/ layers only
+
+Layers merge setting by setting (``<mechanism>:<key>``): a later layer overrides a
+value, never a whole group, so an intent cannot lose its parent's 1G huge pages by
+redefining a neighbouring setting. Order: ``base``, the accelerator's chain
+(platforms first), the intent's chain, the OS, the cloud, the active options, and
+the caller's ``extra`` layer.
+
+Interrupts use the package vocabulary ``{type: reboot|restartAllServices|service|
+noop, services: [...]}``; only a changed kernel command line or a changed option of
+a driver that loads at boot asks for a reboot.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import re
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+
+# --------------------------------------------------------------------------------------
+# Vocabulary
+
+MECHANISMS = ("cmdline", "sysctl", "module", "modprobe", "dropin", "governor", "gpu")
+_GROUPED = ("modprobe", "dropin")
+LAYER_KINDS = {
+    "base": "base", "platforms": "platform", "accelerators": "accelerator",
+    "intents": "intent", "os": "os", "clouds": "cloud", "options": "option",
+}
+EXPLICIT_KINDS = ("option", "extra")
+
+OPTION_SPECS = {
+    "acs_override": {"type": bool, "default": False,
+                     "help": "turn PCIe ACS redirection off (x86-64 HGX only; weakens isolation)"},
+    "driver_source": {"choices": ("host", "gpu-operator"), "default": "host",
+                      "help": "who loads the NVIDIA driver"},
+    "page_size": {"choices": ("4k", "64k"), "default": "4k",
+                  "help": "kernel page size (arm64 64K kernels have no 1G huge pages)"},
+    "form_factor": {"choices": ("auto", "sxm", "pcie"), "default": "auto",
+                    "help": "GPU board form factor; auto takes it from the accelerator"},
+    "power_profile": {"type": bool, "default": True,
+                      "help": "request the intent's Blackwell workload power profile"},
+}
+
+GPU_KEYS = ("persistence", "fabricmanager", "workload_power_profile")
+
+# NVML nvmlPowerProfileType_t (Blackwell and newer).
+POWER_PROFILES = {
+    "MAX_P": 0, "MAX_Q": 1, "COMPUTE": 2, "MEMORY_BOUND": 3, "NETWORK": 4, "BALANCED": 5,
+    "LLM_INFERENCE": 6, "LLM_TRAINING": 7, "RBM": 8, "DCPCIE": 9, "HMMA_SPARSE": 10,
+    "HMMA_DENSE": 11, "SYNC_BALANCED": 12, "HPC": 13, "MIG": 14,
+}
+
+# Keys that look like sysctls in old tuning guides but are not sysctls on the
+# kernels NodeWright supports (all >= 5.14): since 5.13 the CFS tunables live in
+# debugfs (/sys/kernel/debug/sched/), and since 6.6 (EEVDF) most are gone.
+KNOWN_NON_SYSCTLS = {
+    "kernel.sched_latency_ns": "moved to debugfs (sched/latency_ns) in 5.13, removed by EEVDF in 6.6",
+    "kernel.sched_min_granularity_ns": "moved to debugfs (sched/min_granularity_ns) in 5.13, "
+                                       "replaced by sched/base_slice_ns in 6.6",
+    "kernel.sched_wakeup_granularity_ns": "moved to debugfs in 5.13, removed by EEVDF in 6.6",
+    "kernel.sched_migration_cost_ns": "moved to debugfs (sched/migration_cost_ns) in 5.13",
+    "kernel.sched_nr_migrate": "moved to debugfs (sched/nr_migrate) in 5.13",
+    "kernel.sched_tunable_scaling": "moved to debugfs (sched/tunable_scaling) in 5.13",
+}
+
+INTERRUPT_TYPES = ("noop", "service", "restartAllServices", "reboot")
+_INTERRUPT_RANK = {t: i for i, t in enumerate(INTERRUPT_TYPES)}
+NOOP = {"type": "noop", "services": []}
+
+# Files written on the host, relative to the host root (one home for every path).
+FILE_PREFIX = "90-nodewright-nvidia"
+SYSCTL_FILE = "etc/sysctl.d/%s.conf" % FILE_PREFIX
+GRUB_FILE = "etc/default/grub.d/%s.cfg" % FILE_PREFIX
+MODPROBE_FILE = "etc/modprobe.d/%s.conf" % FILE_PREFIX
+MODULES_FILE = "etc/modules-load.d/%s.conf" % FILE_PREFIX
+WANTS_FILE = "etc/systemd/system/multi-user.target.d/%s.conf" % FILE_PREFIX
+GOVERNOR_UNIT = "nodewright-cpu-governor.service"
+POWER_PROFILE_UNIT = "nodewright-gpu-power-profile.service"
+STATE_FILE = "etc/nodewright/nvidia-tuning.json"
+SYSTEMD_UNIT_DIR = "etc/systemd/system"
+SYSTEMD_NETWORK_DIR = "etc/systemd/network"
+
+GPU_UNITS = {
+    "persistence": "nvidia-persistenced.service",
+    "fabricmanager": "nvidia-fabricmanager.service",
+    "workload_power_profile": POWER_PROFILE_UNIT,
+}
+
+# Accelerators in match order: GH200 before H200, GB300 before B300, GB200 before B200
+# (a product name such as "NVIDIA-GH200-480GB" contains "H200").
+ACCELERATORS = (
+    {"name": "gh200", "family": "hopper", "arch": "arm64", "compute": "9.0", "form_factor": "superchip"},
+    {"name": "h200", "family": "hopper", "arch": "amd64", "compute": "9.0", "form_factor": "sxm"},
+    {"name": "h100", "family": "hopper", "arch": "amd64", "compute": "9.0", "form_factor": "sxm"},
+    {"name": "gb300", "family": "blackwell", "arch": "arm64", "compute": "10.3", "form_factor": "superchip"},
+    {"name": "b300", "family": "blackwell", "arch": "amd64", "compute": "10.3", "form_factor": "sxm"},
+    {"name": "gb200", "family": "blackwell", "arch": "arm64", "compute": "10.0", "form_factor": "superchip"},
+    {"name": "b200", "family": "blackwell", "arch": "amd64", "compute": "10.0", "form_factor": "sxm"},
+)
+ACCELERATOR_NAMES = tuple(a["name"] for a in ACCELERATORS)
+_ACCEL_BY_NAME = {a["name"]: a for a in ACCELERATORS}
+
+LABEL_PRODUCT = "nvidia.com/gpu.product"
+LABEL_FAMILY = "nvidia.com/gpu.family"
+LABEL_MAJOR = "nvidia.com/gpu.compute.major"
+LABEL_MINOR = "nvidia.com/gpu.compute.minor"
+LABEL_ARCH = "kubernetes.io/arch"
+LABEL_GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+
+_ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+_SYSCTL_KEY_RE = re.compile(r"^[a-z0-9_][a-z0-9_\-]*(\.[A-Za-z0-9_\-]+)+$")
+_CMDLINE_TOKEN_RE = re.compile(r"^[A-Za-z0-9_.\-]+(=[^\s\"']+)?$")
+_MODULE_RE = re.compile(r"^[a-z0-9_\-]+$")
+_OPTION_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_UNIT_RE = re.compile(r"^[A-Za-z0-9@_.\-]+\.(service|socket|target|mount|timer|link|network|netdev)$")
+_DIRECTIVE_RE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
+# Kernel parameters that may legitimately appear more than once on a command line.
+_REPEATABLE_PARAMS = ("console", "pci", "hugepagesz", "hugepages")
+
+
+def _where(layer, mechanism, key=None):
+    return "%s: settings.%s%s" % (layer, mechanism, "." + key if key else "")
+
+
+# --------------------------------------------------------------------------------------
+# Detection
+
+
+def normalize_arch(arch):
+    """``x86_64``/``amd64`` -> ``amd64``; ``aarch64``/``arm64`` -> ``arm64``; else None."""
+    if not arch:
+        return None
+    return _ARCH_ALIASES.get(str(arch).strip().lower())
+
+
+def _match_product(product):
+    text = str(product or "").upper().replace(" ", "-")
+    for accel in ACCELERATORS:
+        if accel["name"].upper() in text:
+            return accel
+    return None
+
+
+def _form_factor(accel, product):
+    text = str(product or "").upper()
+    if accel["form_factor"] == "sxm" and ("PCIE" in text or "NVL" in text.replace("NVLINK", "")):
+        return "pcie"
+    return accel["form_factor"]
+
+
+def _from_compute(major, minor, arch):
+    if major is None or arch is None:
+        return []
+    compute = "%s.%s" % (major, minor if minor is not None else 0)
+    return [a for a in ACCELERATORS if a["compute"] == compute and a["arch"] == arch]
+
+
+def _result(accel, product, compute, arch, source, warnings):
+    if compute and compute != accel["compute"]:
+        warnings.append("compute capability %s does not match %s (%s)"
+                        % (compute, accel["name"].upper(), accel["compute"]))
+    if arch and arch != accel["arch"]:
+        warnings.append("node architecture %s does not match %s (%s)"
+                        % (arch, accel["name"].upper(), accel["arch"]))
+    return {
+        "accelerator": accel["name"], "family": accel["family"], "arch": accel["arch"],
+        "form_factor": _form_factor(accel, product), "product": product or None,
+        "compute_capability": compute or accel["compute"], "source": source,
+        "warnings": warnings,
+    }
+
+
+def _undetectable(detected, hint):
+    seen = ", ".join("%s=%r" % kv for kv in detected.items()) or "no GPU information"
+    raise ValidationError(
+        "cannot tell which NVIDIA accelerator this is (detected: %s); supported: %s"
+        % (seen, ", ".join(ACCELERATOR_NAMES)), field="accelerator", hint=hint)
+
+
+def detect_accelerator(labels):
+    """Tell the accelerator from GPU Feature Discovery labels.
+
+    Uses ``nvidia.com/gpu.product`` first, then GKE's ``cloud.google.com/gke-accelerator``,
+    then the compute capability with ``kubernetes.io/arch``. Returns a dict with
+    ``accelerator``, ``family``, ``arch``, ``form_factor``, ``product``,
+    ``compute_capability``, ``source`` and ``warnings``; raises ``ValidationError``
+    saying what was detected when nothing matches.
+    """
+    labels = labels or {}
+    if not isinstance(labels, dict):
+        raise ValidationError("node labels must be a mapping, got %s" % type(labels).__name__,
+                              field="labels")
+    product = labels.get(LABEL_PRODUCT)
+    major, minor = labels.get(LABEL_MAJOR), labels.get(LABEL_MINOR)
+    compute = "%s.%s" % (major, minor if minor is not None else 0) if major is not None else None
+    arch = normalize_arch(labels.get(LABEL_ARCH))
+    warnings = []
+    for source in (LABEL_PRODUCT, LABEL_GKE_ACCELERATOR):
+        accel = _match_product(labels.get(source))
+        if accel:
+            return _result(accel, labels.get(source), compute, arch, source, warnings)
+    candidates = _from_compute(major, minor, arch)
+    if len(candidates) == 1:
+        return _result(candidates[0], product, compute, arch, "compute capability", warnings)
+    detected = {k: labels[k] for k in (LABEL_PRODUCT, LABEL_GKE_ACCELERATOR, LABEL_FAMILY,
+                                       LABEL_MAJOR, LABEL_MINOR, LABEL_ARCH) if k in labels}
+    hint = "set nvidia_tuning_accelerator explicitly"
+    if len(candidates) > 1:
+        hint = ("compute capability %s on %s fits %s; set nvidia_tuning_accelerator explicitly"
+                % (compute, arch, " or ".join(a["name"] for a in candidates)))
+    _undetectable(detected, hint)
+
+
+def detect_accelerator_from_nvidia_smi(output, arch=None):
+    """Tell the accelerator from ``nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader``.
+
+    Extra columns (such as ``pci.device_id``) are ignored. ``arch`` is the host's
+    ``uname -m`` (optional). Every GPU of the host must be the same accelerator.
+    """
+    arch = normalize_arch(arch)
+    rows = []
+    for line in str(output or "").splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if not cols or not cols[0]:
+            continue
+        rows.append((cols[0], cols[1] if len(cols) > 1 and cols[1] else None))
+    if not rows:
+        raise ValidationError("nvidia-smi listed no GPU", field="accelerator",
+                              hint="is the NVIDIA driver loaded? or set nvidia_tuning_accelerator")
+    found = {}
+    for name, compute in rows:
+        accel = _match_product(name)
+        if accel is None and compute and arch:
+            major, _, minor = compute.partition(".")
+            cands = _from_compute(major, minor or "0", arch)
+            accel = cands[0] if len(cands) == 1 else None
+        if accel is None:
+            _undetectable({"name": name, "compute_cap": compute, "arch": arch},
+                          "set nvidia_tuning_accelerator explicitly")
+        found.setdefault(accel["name"], (accel, name, compute))
+    if len(found) > 1:
+        raise ValidationError(
+            "the host mixes accelerators: %s" % ", ".join(
+                "%s (%s)" % (v[1], k) for k, v in sorted(found.items())),
+            field="accelerator", hint="tune such hosts with an explicit nvidia_tuning_accelerator")
+    accel, name, compute = next(iter(found.values()))
+    return _result(accel, name, compute, arch, "nvidia-smi", [])
+
+
+def detect_cloud(labels):
+    """``eks``, ``gke`` or None, from the node's labels."""
+    for key in (labels or {}):
+        if key.startswith("eks.amazonaws.com/"):
+            return "eks"
+        if key.startswith("cloud.google.com/gke-"):
+            return "gke"
+    return None
+
+
+_OS_MAP = (("ubuntu", "22.04", "ubuntu-22.04"), ("ubuntu", "24.04", "ubuntu-24.04"),
+           ("debian", "12", "debian-12"), ("rhel", "9", "rhel-9"))
+
+
+def os_from_os_release(text):
+    """The tuning OS name (``ubuntu-24.04``, ``rhel-9``, ``cos`` ...) from /etc/os-release."""
+    fields = {}
+    for line in str(text or "").splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key and not key.startswith("#"):
+            fields[key] = value.strip().strip("\"'")
+    os_id = fields.get("ID", "").lower()
+    like = fields.get("ID_LIKE", "").lower().split()
+    version = fields.get("VERSION_ID", "")
+    if os_id == "cos":
+        return "cos"
+    ids = [os_id] + like
+    for want_id, want_version, name in _OS_MAP:
+        if want_id in ids and (version == want_version or
+                               (want_id in ("rhel", "debian") and version.split(".")[0] == want_version)):
+            return name
+    raise ValidationError(
+        "unsupported operating system %s %s (%s)" % (
+            fields.get("ID", "?"), version or "?", fields.get("PRETTY_NAME", "no PRETTY_NAME")),
+        field="os", hint="supported: %s, cos; or set nvidia_tuning_os" % ", ".join(
+            n for _, _, n in _OS_MAP))
+
+
+# --------------------------------------------------------------------------------------
+# Interrupts
+
+
+def interrupt(kind, services=()):
+    """An interrupt dict; ``service`` needs at least one service."""
+    if kind not in INTERRUPT_TYPES:
+        raise ValidationError("unknown interrupt type %r" % (kind,), field="interrupt.type",
+                              hint="one of: %s" % ", ".join(INTERRUPT_TYPES))
+    services = sorted(set(services)) if kind == "service" else []
+    if kind == "service" and not services:
+        raise ValidationError("a service interrupt names at least one service",
+                              field="interrupt.services")
+    return {"type": kind, "services": services}
+
+
+def merge_interrupts(*interrupts):
+    """Merge interrupts: reboot > restartAllServices > service (union of services) > noop."""
+    flat = []
+    for item in interrupts:
+        if isinstance(item, (list, tuple)):
+            flat.extend(item)
+        elif item:
+            flat.append(item)
+    best, services = "noop", set()
+    for item in flat:
+        kind = item.get("type") or "noop"
+        if kind not in _INTERRUPT_RANK:
+            raise ValidationError("unknown interrupt type %r" % (kind,), field="interrupt.type",
+                                  hint="one of: %s" % ", ".join(INTERRUPT_TYPES))
+        if kind == "service":
+            services.update(item.get("services") or [])
+        if _INTERRUPT_RANK[kind] > _INTERRUPT_RANK[best]:
+            best = kind
+    if best == "service":
+        return {"type": "service", "services": sorted(services)}
+    return {"type": best, "services": []}
+
+
+def _apply_interrupt(setting):
+    """What makes an added or changed setting take effect."""
+    mech = setting["mechanism"]
+    if setting.get("reboot"):
+        return interrupt("reboot")
+    if mech == "sysctl":
+        return interrupt("service", ["systemd-sysctl"])
+    if mech == "module":
+        return interrupt("service", ["systemd-modules-load"])
+    if mech == "dropin":
+        unit = setting["unit"]
+        if unit.endswith(".service"):
+            return interrupt("service", [unit[:-len(".service")]])
+        return dict(NOOP)
+    if mech == "governor":
+        return interrupt("service", [GOVERNOR_UNIT[:-len(".service")]])
+    if mech == "gpu":
+        return interrupt("service", [GPU_UNITS[setting["key"]][:-len(".service")]])
+    return dict(NOOP)
+
+
+def _removal_interrupt(setting):
+    """What a removed setting needs, and whether its effect lingers until a reboot."""
+    mech = setting.get("mechanism")
+    if setting.get("reboot"):
+        return interrupt("reboot"), None
+    if mech == "dropin" and str(setting.get("unit", "")).endswith(".service"):
+        return interrupt("service", [setting["unit"][:-len(".service")]]), None
+    notes = {
+        "sysctl": "the kernel keeps the value until the next reboot",
+        "module": "the module stays loaded until the next reboot",
+        "governor": "the CPUs keep the governor until the next reboot",
+        "gpu": "the GPU keeps this state until the next reboot or driver reload",
+        "dropin": "existing links keep the setting until the next reboot",
+    }
+    return dict(NOOP), notes.get(mech, "takes effect at the next reboot")
+
+
+# --------------------------------------------------------------------------------------
+# Profile resolution
+
+
+def _kind_of(name):
+    if name == "base":
+        return "base"
+    if name == "extra":
+        return "extra"
+    return LAYER_KINDS.get(name.split("/", 1)[0])
+
+
+def catalog(profiles):
+    """Valid names per kind: ``{'accelerator': [...], 'intent': [...], ...}``."""
+    out = {"accelerator": [], "intent": [], "os": [], "cloud": [], "platform": [], "option": []}
+    for name in sorted(profiles or {}):
+        kind = _kind_of(name)
+        if kind in out:
+            out[kind].append(name.split("/", 1)[1])
+    return out
+
+
+def _layer(profiles, name, needed_by=None):
+    if name not in profiles:
+        raise ValidationError(
+            "profile layer %r does not exist" % name, field=needed_by or "profiles",
+            hint="layers: %s" % ", ".join(sorted(profiles)))
+    layer = profiles[name]
+    if not isinstance(layer, dict):
+        raise ValidationError("profile layer %r is not a mapping" % name, field=name)
+    return layer
+
+
+def _linearize(profiles, name, out, stack=()):
+    if name in stack:
+        raise ValidationError("profile layers inherit in a cycle: %s" % " -> ".join(stack + (name,)),
+                              field=name)
+    if name in out:
+        return
+    layer = _layer(profiles, name, needed_by=stack[-1] if stack else None)
+    parents = layer.get("inherits") or []
+    if isinstance(parents, str):
+        parents = [parents]
+    for parent in parents:
+        _linearize(profiles, parent, out, stack + (name,))
+    if name not in out:
+        out.append(name)
+
+
+def _pick(profiles, kind, value, field):
+    names = catalog(profiles)[kind]
+    if value not in names:
+        raise ValidationError(
+            "unknown %s %r" % (kind, value), field=field,
+            hint="valid: %s" % ", ".join(names))
+    return next(n for n in profiles if _kind_of(n) == kind and n.split("/", 1)[1] == value)
+
+
+def normalize_options(options):
+    """Validate ``options`` and fill the defaults; unknown options list the valid ones."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTION_SPECS))
+    if unknown:
+        raise ValidationError(
+            "unknown option(s) %s" % ", ".join(unknown), field="options",
+            hint="valid: %s" % "; ".join("%s (%s)" % (k, v["help"]) for k, v in sorted(OPTION_SPECS.items())))
+    out = {}
+    for key, spec in OPTION_SPECS.items():
+        value = options.get(key, spec["default"])
+        if value is None:
+            value = spec["default"]
+        if spec.get("type") is bool:
+            if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+                value = value.lower() in ("true", "yes", "on", "1")
+            if not isinstance(value, bool):
+                raise ValidationError("option %s must be true or false, got %r" % (key, value),
+                                      field="options." + key)
+        elif value not in spec["choices"]:
+            raise ValidationError("option %s must be one of %s, got %r"
+                                  % (key, ", ".join(spec["choices"]), value), field="options." + key)
+        out[key] = value
+    return out
+
+
+def _matches(condition, context):
+    """``condition`` maps a context key to a value or a list of accepted values."""
+    for key, want in (condition or {}).items():
+        if key in ("reason",):
+            continue
+        have = context.get(key)
+        wanted = want if isinstance(want, (list, tuple)) else [want]
+        have_list = have if isinstance(have, (list, tuple)) else [have]
+        if not any(h in wanted for h in have_list):
+            return False
+    return True
+
+
+def _text(value, where):
+    if isinstance(value, bool) or value is None:
+        raise ValidationError("expected a string or a number, got %r" % (value,), field=where,
+                              hint="quote YAML words such as 'off' or 'yes'")
+    if isinstance(value, (list, tuple)):
+        return " ".join(_text(v, where) for v in value)
+    if isinstance(value, float):
+        raise ValidationError("expected an integer or a string, got %r" % (value,), field=where)
+    return " ".join(str(value).split())
+
+
+def _entry(mech, raw, where):
+    if isinstance(raw, dict):
+        entry = dict(raw)
+        if "value" not in entry and mech != "module":
+            raise ValidationError("setting has no value", field=where)
+        return entry
+    return {"value": raw}
+
+
+def _normalize_setting(mech, key, raw, layer, group=None):
+    where = _where(layer, mech, (group + "." if group else "") + key)
+    entry = _entry(mech, raw, where)
+    setting = {"mechanism": mech, "layer": layer, "why": entry.get("why") or ""}
+    if entry.get("only") is not None:
+        setting["only"] = entry["only"]
+    if mech == "sysctl":
+        if not _SYSCTL_KEY_RE.match(key):
+            raise ValidationError("%r is not a sysctl key" % key, field=where)
+        if key in KNOWN_NON_SYSCTLS:
+            raise ValidationError(
+                "%s is not a sysctl on the kernels NodeWright supports: %s" % (key, KNOWN_NON_SYSCTLS[key]),
+                field=where, hint="leave it out; 'sysctl --system' fails on unknown keys")
+        setting.update(key=key, value=_text(entry["value"], where), reboot=False)
+    elif mech == "cmdline":
+        value = _text(entry["value"], where)
+        tokens = value.split()
+        if not tokens:
+            raise ValidationError("empty kernel parameter", field=where)
+        for token in tokens:
+            if not _CMDLINE_TOKEN_RE.match(token):
+                raise ValidationError("%r is not a kernel parameter (name or name=value)" % token,
+                                      field=where)
+        _check_hugepage_pairs(tokens, where)
+        setting.update(key=key, value=value, tokens=tokens, reboot=True)
+    elif mech == "module":
+        if not _MODULE_RE.match(key):
+            raise ValidationError("%r is not a kernel module name" % key, field=where)
+        if entry.get("value", True) is not True:
+            raise ValidationError("a module entry only loads the module; drop it with 'remove'",
+                                  field=where)
+        setting.update(key=key, value="loaded", reboot=False)
+    elif mech == "modprobe":
+        if not _MODULE_RE.match(group) or not _OPTION_RE.match(key):
+            raise ValidationError("invalid module option %s %s" % (group, key), field=where)
+        setting.update(key="%s/%s" % (group, key), module=group, option=key,
+                       value=_text(entry["value"], where), reboot=bool(entry.get("reboot", True)))
+    elif mech == "dropin":
+        if not _UNIT_RE.match(group) or not _DIRECTIVE_RE.match(key):
+            raise ValidationError("invalid systemd drop-in %s %s" % (group, key), field=where)
+        setting.update(key="%s/%s" % (group, key), unit=group, directive=key,
+                       section=_unit_section(group), value=_text(entry["value"], where), reboot=False)
+    elif mech == "governor":
+        if key != "cpu":
+            raise ValidationError("the governor setting is named 'cpu'", field=where)
+        setting.update(key=key, value=_text(entry["value"], where), reboot=False)
+    elif mech == "gpu":
+        if key not in GPU_KEYS:
+            raise ValidationError("unknown GPU setting %r" % key, field=where,
+                                  hint="valid: %s" % ", ".join(GPU_KEYS))
+        value = _text(entry["value"], where)
+        if key == "workload_power_profile":
+            if value not in POWER_PROFILES:
+                raise ValidationError("unknown workload power profile %r" % value, field=where,
+                                      hint="valid: %s" % ", ".join(sorted(POWER_PROFILES)))
+            setting["profile_id"] = POWER_PROFILES[value]
+        elif value != "enabled":
+            raise ValidationError("%s can only be 'enabled'; drop it with 'remove'" % key, field=where)
+        setting.update(key=key, value=value, reboot=False)
+    setting["id"] = "%s:%s" % (mech, setting["key"])
+    return setting
+
+
+def _unit_section(unit):
+    suffix = unit.rsplit(".", 1)[-1]
+    return {"service": "Service", "socket": "Socket", "target": "Unit", "mount": "Mount",
+            "timer": "Timer", "link": "Link", "network": "Network", "netdev": "NetDev"}[suffix]
+
+
+def _check_hugepage_pairs(tokens, where):
+    size = None
+    for token in tokens:
+        name = token.split("=", 1)[0]
+        if name == "hugepagesz":
+            if size is not None:
+                raise ValidationError("hugepagesz=%s has no hugepages= count" % size, field=where)
+            size = token.split("=", 1)[-1]
+        elif name == "hugepages":
+            if size is None:
+                raise ValidationError("hugepages= must follow its hugepagesz=", field=where)
+            size = None
+    if size is not None:
+        raise ValidationError("hugepagesz=%s has no hugepages= count" % size, field=where)
+
+
+def _layer_settings(layer_name, layer):
+    settings = layer.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise ValidationError("settings must be a mapping", field=layer_name + ": settings")
+    out = []
+    for mech, group in settings.items():
+        if mech not in MECHANISMS:
+            raise ValidationError("unknown mechanism %r" % (mech,), field=_where(layer_name, mech),
+                                  hint="valid: %s" % ", ".join(MECHANISMS))
+        if not isinstance(group, dict):
+            raise ValidationError("must be a mapping", field=_where(layer_name, mech))
+        for key, raw in group.items():
+            key = str(key)
+            if mech in _GROUPED:
+                if not isinstance(raw, dict):
+                    raise ValidationError("must map option names to values",
+                                          field=_where(layer_name, mech, key))
+                for sub, sub_raw in raw.items():
+                    out.append(_normalize_setting(mech, str(sub), sub_raw, layer_name, group=key))
+            else:
+                out.append(_normalize_setting(mech, key, raw, layer_name))
+    return out
+
+
+def _removals(layer_name, layer):
+    remove = layer.get("remove") or {}
+    if isinstance(remove, (list, tuple)):
+        raise ValidationError("'remove' maps each setting id (or glob) to the reason",
+                              field=layer_name + ": remove")
+    if not isinstance(remove, dict):
+        raise ValidationError("'remove' must be a mapping", field=layer_name + ": remove")
+    for pattern, reason in remove.items():
+        if not reason:
+            raise ValidationError("removing %s needs a reason" % pattern, field=layer_name + ": remove")
+    return remove
+
+
+def _context(accel_layer, accelerator, intent, os_name, cloud, platforms, options):
+    meta = accel_layer.get("meta") or {}
+    form_factor = options["form_factor"]
+    if form_factor == "auto":
+        form_factor = meta.get("form_factor", "sxm")
+    return {
+        "accelerator": accelerator, "family": meta.get("family"), "arch": meta.get("arch"),
+        "platform": platforms, "intent": intent, "os": os_name, "cloud": cloud,
+        "form_factor": form_factor, "driver_source": options["driver_source"],
+        "page_size": options["page_size"],
+    }
+
+
+def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profiles, extra=None):
+    """Merge the layers for one node and return the settings it should have.
+
+    ``profiles`` maps layer names (``base``, ``accelerators/h100``, ``intents/inference``,
+    ``os/cos``, ``clouds/gke``, ``options/acs-override`` ...) to layer dicts.
+    ``options`` are validated against ``OPTION_SPECS``; ``extra`` is a caller's layer
+    (``settings`` and ``remove``) applied last. Raises ``ValidationError`` for unknown
+    names (listing the valid ones), for an explicit request the platform refuses (a
+    kernel command line on COS), and for malformed data.
+
+    Returns a dict with the inputs, ``layers`` (in merge order), ``settings`` (id ->
+    setting with ``mechanism``, ``key``, ``value``, ``reboot``, ``interrupt``,
+    ``layer``, ``why``), ``skipped`` and ``removed`` (each with the reason),
+    ``bootloader``, ``reapply_every_boot``, ``reboot`` and ``files`` (what to render).
+    """
+    if not isinstance(profiles, dict) or not profiles:
+        raise ValidationError("no tuning profiles were loaded", field="profiles",
+                              hint="pass the layers loaded by nodewright.fleet.tuning_profile")
+    accelerator = str(accelerator or "").lower()
+    cloud = (str(cloud).lower() if cloud else None) or None
+    if cloud == "none":
+        cloud = None
+    opts = normalize_options(options)
+    accel_name = _pick(profiles, "accelerator", accelerator, "accelerator")
+    intent_name = _pick(profiles, "intent", intent, "intent")
+    os_name = _pick(profiles, "os", os, "os")
+    cloud_name = _pick(profiles, "cloud", cloud, "cloud") if cloud else None
+
+    chain = ["base"] if "base" in profiles else []
+    _linearize(profiles, accel_name, chain)
+    platforms = [n.split("/", 1)[1] for n in chain if _kind_of(n) == "platform"]
+    accel_layer = profiles[accel_name]
+    context = _context(accel_layer, accelerator, intent, os, cloud, platforms, opts)
+    for name in (intent_name, os_name) + ((cloud_name,) if cloud_name else ()):
+        _linearize(profiles, name, chain)
+
+    os_meta = profiles[os_name].get("meta") or {}
+    required_cloud = os_meta.get("requires_cloud")
+    if required_cloud and cloud != required_cloud:
+        if cloud is None:
+            cloud = required_cloud
+            context["cloud"] = cloud
+            cloud_name = _pick(profiles, "cloud", cloud, "cloud")
+            _linearize(profiles, cloud_name, chain)
+        else:
+            raise ValidationError("%s runs only on %s, not %s" % (os, required_cloud, cloud),
+                                  field="cloud")
+
+    option_layers = []
+    for name in sorted(profiles):
+        if _kind_of(name) != "option":
+            continue
+        layer = profiles[name]
+        activate = layer.get("activate") or {}
+        if not activate:
+            raise ValidationError("option layer has no 'activate'", field=name)
+        if all(opts.get(k) == v for k, v in activate.items()):
+            requires = layer.get("requires")
+            if requires and not _matches(requires, context):
+                raise ValidationError(
+                    "%s does not apply to %s on %s" % (
+                        ", ".join("%s=%s" % kv for kv in activate.items()), accelerator, os),
+                    field="options", hint=requires.get("reason"))
+            option_layers.append(name)
+    for name in option_layers:
+        _linearize(profiles, name, chain)
+
+    layers = [(n, profiles[n]) for n in chain]
+    if extra:
+        if not isinstance(extra, dict):
+            raise ValidationError("extra must be a mapping with 'settings' and 'remove'", field="extra")
+        unknown = sorted(set(extra) - {"settings", "remove"})
+        if unknown:
+            raise ValidationError("extra accepts 'settings' and 'remove', not %s" % ", ".join(unknown),
+                                  field="extra")
+        layers.append(("extra", extra))
+
+    merged, removed = {}, []
+    constraints = []
+    for name, layer in layers:
+        for setting in _layer_settings(name, layer):
+            if not _matches(setting.pop("only", None), context):
+                continue
+            merged[setting["id"]] = setting
+        for pattern, reason in _removals(name, layer).items():
+            for sid in [s for s in merged if fnmatch.fnmatchcase(s, pattern)]:
+                removed.append({"id": sid, "layer": name, "reason": reason,
+                                "value": merged[sid]["value"], "from": merged[sid]["layer"]})
+                del merged[sid]
+        if layer.get("constraints"):
+            constraints.append((name, layer["constraints"]))
+
+    skipped = []
+    # The most specific layer (cloud after OS) gives the reason first.
+    for name, rules in reversed(constraints):
+        for sid in list(merged):
+            reason = _violation(merged[sid], rules)
+            if reason is None:
+                continue
+            setting = merged[sid]
+            if _kind_of(setting["layer"]) in EXPLICIT_KINDS:
+                raise ValidationError(
+                    "%s (asked for by %s) is refused on %s: %s" % (sid, setting["layer"], os, reason),
+                    field=setting["layer"], hint=rules.get("hint"))
+            skipped.append({"id": sid, "layer": setting["layer"], "by": name, "reason": reason,
+                            "value": setting["value"]})
+            del merged[sid]
+
+    _check_cmdline_conflicts(merged)
+    for setting in merged.values():
+        setting["interrupt"] = _apply_interrupt(setting)
+
+    bootloader = dict(os_meta.get("bootloader") or {"method": "none"})
+    reapply = any((layer.get("meta") or {}).get("reapply_every_boot") for _, layer in layers)
+    resolved = {
+        "accelerator": accelerator, "family": context["family"], "arch": context["arch"],
+        "form_factor": context["form_factor"], "platforms": platforms,
+        "intent": intent, "os": os, "cloud": cloud, "options": opts,
+        "layers": [n for n, _ in layers],
+        "settings": merged, "skipped": skipped, "removed": removed,
+        "bootloader": bootloader, "reapply_every_boot": bool(reapply),
+        "reboot": any(s["reboot"] for s in merged.values()),
+        "name": "%s/%s on %s%s" % (accelerator, intent, os, " (%s)" % cloud if cloud else ""),
+    }
+    resolved["files"] = render_plan(resolved)
+    return resolved
+
+
+def _violation(setting, rules):
+    for pattern, reason in (rules.get("forbid") or {}).items():
+        if fnmatch.fnmatchcase(setting["id"], pattern):
+            return reason
+    allowed = rules.get("mechanisms")
+    if allowed is not None and setting["mechanism"] not in allowed:
+        return (rules.get("reasons") or {}).get(setting["mechanism"]) or rules.get("reason") or (
+            "%s settings are not possible here" % setting["mechanism"])
+    allow = rules.get("sysctl_allow")
+    if setting["mechanism"] == "sysctl" and allow is not None and not any(
+            fnmatch.fnmatchcase(setting["key"], p) for p in allow):
+        return rules.get("sysctl_reason") or "%s is not an allowed sysctl here" % setting["key"]
+    if rules.get("never_reboot") and setting["reboot"]:
+        return rules.get("never_reboot_reason") or "this platform is never rebooted for tuning"
+    return None
+
+
+def _check_cmdline_conflicts(settings):
+    seen = {}
+    sizes = {}
+    for sid, setting in settings.items():
+        if setting["mechanism"] != "cmdline":
+            continue
+        for token in setting["tokens"]:
+            name, _, value = token.partition("=")
+            if name == "hugepagesz":
+                if value in sizes:
+                    raise ValidationError(
+                        "huge pages of size %s are set by both %s and %s" % (value, sizes[value], sid),
+                        field=setting["layer"],
+                        hint="override the existing setting id instead of adding a second one")
+                sizes[value] = sid
+                continue
+            if token in seen.get(name, {}):
+                raise ValidationError("kernel parameter %s is set by both %s and %s"
+                                      % (token, seen[name][token], sid), field=setting["layer"])
+            if name in seen and name not in _REPEATABLE_PARAMS:
+                other = next(iter(seen[name].values()))
+                raise ValidationError(
+                    "kernel parameter %s conflicts: %s sets %s, %s sets %s" % (
+                        name, other, next(iter(seen[name])), sid, token), field=setting["layer"],
+                    hint="override the existing setting id instead of adding a second one")
+            seen.setdefault(name, {})[token] = sid
+
+
+# --------------------------------------------------------------------------------------
+# What to write on the host
+
+
+def _by_mech(settings, mech):
+    return [s for s in settings.values() if s["mechanism"] == mech]
+
+
+def dropin_path(unit):
+    """Where NodeWright's drop-in for ``unit`` lives, relative to the host root."""
+    base = SYSTEMD_NETWORK_DIR if unit.endswith((".link", ".network", ".netdev")) else SYSTEMD_UNIT_DIR
+    return "%s/%s.d/%s.conf" % (base, unit, FILE_PREFIX)
+
+
+def render_plan(resolved):
+    """The files a resolved profile writes: path, template, mechanism data, setting ids."""
+    settings = resolved["settings"]
+    files = []
+
+    def entries(items):
+        return [{"id": s["id"], "key": s["key"], "value": s["value"], "layer": s["layer"],
+                 "why": s["why"]} for s in items]
+
+    sysctls = _by_mech(settings, "sysctl")
+    if sysctls:
+        files.append({"path": SYSCTL_FILE, "template": "sysctl.conf.j2", "kind": "sysctl",
+                      "entries": entries(sysctls), "settings": [s["id"] for s in sysctls]})
+    cmdline = _by_mech(settings, "cmdline")
+    if cmdline and resolved["bootloader"].get("method") == "grub-dropin":
+        files.append({"path": GRUB_FILE, "template": "grub.cfg.j2", "kind": "cmdline",
+                      "tokens": cmdline_tokens(resolved), "entries": entries(cmdline),
+                      "settings": [s["id"] for s in cmdline]})
+    modprobe = _by_mech(settings, "modprobe")
+    if modprobe:
+        modules = {}
+        for s in modprobe:
+            modules.setdefault(s["module"], []).append(
+                {"option": s["option"], "value": s["value"], "layer": s["layer"], "why": s["why"]})
+        files.append({"path": MODPROBE_FILE, "template": "modprobe.conf.j2", "kind": "modprobe",
+                      "modules": [{"name": m, "options": o} for m, o in modules.items()],
+                      "settings": [s["id"] for s in modprobe]})
+    modules = _by_mech(settings, "module")
+    if modules:
+        files.append({"path": MODULES_FILE, "template": "modules-load.conf.j2", "kind": "module",
+                      "entries": entries(modules), "settings": [s["id"] for s in modules]})
+    units = {}
+    for s in _by_mech(settings, "dropin"):
+        units.setdefault(s["unit"], []).append(s)
+    for unit, items in units.items():
+        files.append({"path": dropin_path(unit), "template": "dropin.conf.j2", "kind": "dropin",
+                      "unit": unit, "section": items[0]["section"],
+                      "entries": [dict(e, directive=s["directive"]) for e, s in zip(entries(items), items)],
+                      "settings": [s["id"] for s in items]})
+    wants = []
+    governor = settings.get("governor:cpu")
+    if governor:
+        files.append({"path": "%s/%s" % (SYSTEMD_UNIT_DIR, GOVERNOR_UNIT), "template": "cpu-governor.service.j2",
+                      "kind": "governor", "governor": governor["value"], "settings": [governor["id"]]})
+        wants.append((GOVERNOR_UNIT, governor["id"]))
+    power = settings.get("gpu:workload_power_profile")
+    if power:
+        files.append({"path": "%s/%s" % (SYSTEMD_UNIT_DIR, POWER_PROFILE_UNIT),
+                      "template": "gpu-power-profile.service.j2", "kind": "gpu",
+                      "profile": power["value"], "profile_id": power["profile_id"],
+                      "settings": [power["id"]]})
+    for key in GPU_KEYS:
+        if "gpu:" + key in settings:
+            wants.append((GPU_UNITS[key], "gpu:" + key))
+    if wants:
+        files.append({"path": WANTS_FILE, "template": "wants.conf.j2", "kind": "wants",
+                      "units": [u for u, _ in wants], "settings": [sid for _, sid in wants]})
+    return files
+
+
+def cmdline_tokens(resolved_or_settings):
+    """Kernel parameters in merge order."""
+    settings = _settings_of(resolved_or_settings)
+    tokens = []
+    for setting in settings.values():
+        if setting.get("mechanism") == "cmdline":
+            tokens.extend(setting.get("tokens") or str(setting.get("value", "")).split())
+    return tokens
+
+
+def managed_paths():
+    """Every fixed path the role may write (drop-ins are found by name at uninstall)."""
+    return [SYSCTL_FILE, GRUB_FILE, MODPROBE_FILE, MODULES_FILE, WANTS_FILE,
+            "%s/%s" % (SYSTEMD_UNIT_DIR, GOVERNOR_UNIT), "%s/%s" % (SYSTEMD_UNIT_DIR, POWER_PROFILE_UNIT),
+            STATE_FILE]
+
+
+# --------------------------------------------------------------------------------------
+# Diffs
+
+
+def _settings_of(value):
+    if not value:
+        return {}
+    if isinstance(value, dict) and isinstance(value.get("settings"), dict):
+        return value["settings"]
+    if isinstance(value, dict):
+        return value
+    raise ValidationError("expected a resolved profile or a settings mapping, got %s"
+                          % type(value).__name__, field="settings")
+
+
+def _norm(value):
+    return " ".join(str(value).split())
+
+
+def diff_settings(old, new, reapply=()):
+    """Which settings changed between ``old`` and ``new`` and the interrupt they need.
+
+    ``old``/``new`` are resolved profiles or their ``settings`` mappings (``old`` is
+    usually the state recorded on the host; empty means nothing applied yet).
+    ``reapply`` lists setting ids whose files were rewritten although the setting
+    did not change (drift); they get their interrupt again, except a reboot.
+
+    Returns ``changed``, ``added``/``removed``/``modified`` (ids), ``changes`` (one
+    entry per id with old and new value and its interrupt), ``interrupt`` (merged),
+    ``reboot``, ``lingering`` (removed settings whose effect stays until a reboot)
+    and ``cmdline`` (``add``/``remove`` tokens for bootloader tools).
+    """
+    old_s, new_s = _settings_of(old), _settings_of(new)
+    added = [sid for sid in new_s if sid not in old_s]
+    removed = [sid for sid in old_s if sid not in new_s]
+    modified = [sid for sid in new_s if sid in old_s and (
+        _norm(old_s[sid].get("value")) != _norm(new_s[sid].get("value"))
+        or bool(old_s[sid].get("reboot")) != bool(new_s[sid].get("reboot")))]
+    changes, interrupts, lingering = [], [], []
+    for sid in added + modified:
+        it = _apply_interrupt(new_s[sid])
+        interrupts.append(it)
+        changes.append({"id": sid, "change": "added" if sid in added else "modified",
+                        "old": old_s.get(sid, {}).get("value"), "new": new_s[sid]["value"],
+                        "interrupt": it})
+    for sid in removed:
+        it, note = _removal_interrupt(old_s[sid])
+        interrupts.append(it)
+        changes.append({"id": sid, "change": "removed", "old": old_s[sid].get("value"), "new": None,
+                        "interrupt": it})
+        if note:
+            lingering.append({"id": sid, "value": old_s[sid].get("value"), "note": note})
+    for sid in reapply or ():
+        if sid in new_s and sid not in added and sid not in modified:
+            it = _apply_interrupt(new_s[sid])
+            if it["type"] != "reboot":
+                interrupts.append(it)
+                changes.append({"id": sid, "change": "reapplied", "old": new_s[sid]["value"],
+                                "new": new_s[sid]["value"], "interrupt": it})
+    merged = merge_interrupts(interrupts)
+    new_tokens = cmdline_tokens(new_s)
+    old_tokens = cmdline_tokens(old_s)
+    return {
+        "changed": bool(added or removed or modified),
+        "added": added, "removed": removed, "modified": modified,
+        "changes": changes, "interrupt": merged, "reboot": merged["type"] == "reboot",
+        "lingering": lingering,
+        "cmdline": {"add": [t for t in new_tokens if t not in old_tokens],
+                    "remove": [t for t in old_tokens if t not in new_tokens],
+                    "desired": new_tokens},
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Read-back checks
+
+CMDLINE_PROBE = "proc:cmdline"
+MISSING = "<missing>"
+UNAVAILABLE = "<unavailable>"
+
+
+def probes(resolved_or_settings):
+    """The observations a check needs: one per setting, plus ``proc:cmdline``."""
+    settings = _settings_of(resolved_or_settings)
+    out = [sid for sid, s in settings.items() if s["mechanism"] != "cmdline"]
+    if any(s["mechanism"] == "cmdline" for s in settings.values()):
+        out.append(CMDLINE_PROBE)
+    return out
+
+
+def parse_observations(text):
+    """Parse ``<probe>\\t<value>`` lines printed by the role's observe script."""
+    observed = {}
+    for line in str(text or "").splitlines():
+        probe, sep, value = line.partition("\t")
+        if sep and probe:
+            observed[probe.strip()] = value.strip()
+    return observed
+
+
+def _expected(setting):
+    mech = setting["mechanism"]
+    if mech == "module":
+        return "loaded"
+    if mech == "gpu":
+        return "Enabled" if setting["key"] == "persistence" else "active"
+    return setting["value"]
+
+
+def check_settings(resolved_or_settings, observed, phase="post-interrupt"):
+    """Compare what the host reports with what the profile asks for.
+
+    ``observed`` maps probe ids (see ``probes``) to what the host reported.
+    ``phase`` is ``post-interrupt`` (everything must be in effect) or ``live``
+    (settings that need a reboot are reported as ``pending_reboot``). A governor the
+    host cannot report (VMs without cpufreq) is ``unverified``, not a failure.
+    """
+    if phase not in ("post-interrupt", "live"):
+        raise ValidationError("unknown check phase %r" % (phase,), field="phase",
+                              hint="post-interrupt or live")
+    settings = _settings_of(resolved_or_settings)
+    observed = observed or {}
+    failed, pending, unverified, verified = [], [], [], []
+    cmdline = observed.get(CMDLINE_PROBE)
+    cmdline_tokens_seen = set(str(cmdline).split()) if cmdline is not None else None
+    for sid, setting in settings.items():
+        mech = setting["mechanism"]
+        if mech == "cmdline":
+            got = cmdline
+            ok = cmdline_tokens_seen is not None and all(
+                t in cmdline_tokens_seen for t in setting.get("tokens") or setting["value"].split())
+        else:
+            got = observed.get(sid)
+            want = _expected(setting)
+            if mech == "gpu" and setting["key"] == "persistence" and got is not None:
+                ok = set(str(got).split()) == {"Enabled"}
+            else:
+                ok = got is not None and _norm(got) == _norm(want)
+            if mech == "governor" and got == UNAVAILABLE:
+                unverified.append({"id": sid, "reason": "the host exposes no cpufreq governor"})
+                continue
+        if ok:
+            verified.append(sid)
+            continue
+        if phase == "live" and setting.get("reboot"):
+            pending.append(sid)
+            continue
+        failed.append({
+            "id": sid, "expected": _expected(setting) if mech != "cmdline" else setting["value"],
+            "observed": "<not observed>" if got is None else got, "layer": setting["layer"],
+            "why": setting.get("why", ""),
+        })
+    lines = ["%s: expected %s, observed %s (from %s)" % (f["id"], f["expected"], f["observed"], f["layer"])
+             for f in failed]
+    return {
+        "ok": not failed, "phase": phase, "failed": failed, "pending_reboot": pending,
+        "unverified": unverified, "verified": verified,
+        "summary": ("%d setting(s) did not take effect: %s" % (len(failed), "; ".join(lines)))
+        if failed else "all %d setting(s) in effect" % len(verified),
+    }
+
+
+def state_record(resolved, pending_interrupt=None):
+    """What the role records on the host: the applied settings, files and pending interrupt."""
+    settings = copy.deepcopy(_settings_of(resolved))
+    return {
+        "version": 1,
+        "profile": {k: resolved.get(k) for k in ("accelerator", "intent", "os", "cloud", "options")},
+        "settings": settings,
+        "files": [f["path"] for f in resolved.get("files", [])],
+        "bootloader": resolved.get("bootloader") or {"method": "none"},
+        "pending_interrupt": merge_interrupts(pending_interrupt or NOOP),
+    }

@@ -1,0 +1,202 @@
+"""The simulator is a real control plane: the API server's Eviction API and PDB
+checks, the disruption controller, the scheduler, the Job controller and RBAC are
+the real ones, and reboots and host roots behave like a node's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from nodewright_sim import hostroot
+from nodewright_sim.cluster import Cluster, SimulatorError, free_port
+from nodewright_sim.fleet import create_fleet
+
+from k8s_helpers import deployment_on, evict, pdb, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_eviction_blocked_by_pdb_gets_429(sim):
+    ns = sim.namespace("pdb")
+    nodes = sim.add_nodes("h200", 1)
+    pods = deployment_on(sim, ns, "strict", nodes, 2)
+    pdb(sim, ns, "strict", minAvailable=2)
+    with pytest.raises(ApiException) as err:
+        evict(sim, pods[0])
+    assert err.value.status == 429
+    assert "disruption budget" in err.value.body
+
+
+def test_replacement_is_scheduled_on_uncordoned_node_only(sim):
+    ns = sim.namespace("sched")
+    n1, n2 = sim.add_nodes("h200", 2)
+    deployment_on(sim, ns, "web", [n1, n2], 2)
+    sim.core.patch_node(n1, {"spec": {"unschedulable": True}})
+    victims = [p for p in sim.core.list_namespaced_pod(ns).items if p.spec.node_name == n1]
+    if not victims:  # both landed on n2: move one so that n1 carries a pod
+        victims = [sim.core.list_namespaced_pod(ns).items[0]]
+        sim.core.patch_node(n1, {"spec": {"unschedulable": False}})
+        sim.core.patch_node(n2, {"spec": {"unschedulable": True}})
+        n1, n2 = n2, n1
+    old = {p.metadata.uid for p in victims}
+    for p in victims:
+        evict(sim, p)
+
+    def replaced():
+        pods = [p for p in sim.core.list_namespaced_pod(ns).items
+                if p.metadata.uid not in old and p.status.phase == "Running"]
+        return pods if len(pods) >= len(victims) else None
+    for p in wait_for(replaced, what="replacement pods"):
+        assert p.spec.node_name == n2
+
+
+def test_job_pod_completes(sim):
+    ns = sim.namespace("job")
+    sim.fleet.create_training_job("short-run", run_for="1s", gpus=1, namespace=ns)
+    wait_for(lambda: (sim.batch.read_namespaced_job("short-run", ns).status.succeeded or 0) >= 1,
+             what="job completion")
+
+
+def test_reboot_changes_boot_id_via_not_ready(sim):
+    (node,) = sim.add_nodes("b200", 1)
+    wait_for(lambda: any(c.type == "Ready" and c.status == "True"
+                         for c in sim.core.read_node(node).status.conditions or []), what="node Ready")
+    before = sim.core.read_node(node).status.node_info.boot_id
+    seen = []
+    stop = threading.Event()
+
+    def watcher():
+        w = watch.Watch()
+        for ev in w.stream(sim.core.list_node, field_selector="metadata.name=%s" % node, timeout_seconds=60):
+            ready = [c.status for c in ev["object"].status.conditions or [] if c.type == "Ready"]
+            seen.append((ready[0] if ready else None, ev["object"].status.node_info.boot_id))
+            if stop.is_set():
+                w.stop()
+    t = threading.Thread(target=watcher, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    proc = hostroot.run(sim.host_root(node), "reboot")
+    assert proc.returncode == 0, proc.stderr
+
+    def back():
+        n = sim.core.read_node(node)
+        ready = any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        return ready and n.status.node_info.boot_id != before
+    wait_for(back, what="node back Ready with a new bootID")
+    stop.set()
+    assert ("False", before) in seen or any(s[0] == "False" for s in seen), seen
+    assert sim.core.read_node(node).status.node_info.boot_id == hostroot.boot_id(sim.host_root(node))
+
+
+def test_rbac_denies_unbound_service_account(sim):
+    ns = sim.namespace("rbac")
+    sim.core.create_namespaced_service_account(ns, {"metadata": {"name": "nobody"}})
+    cfg = client.Configuration()
+    base = sim.api.configuration
+    cfg.host = base.host
+    cfg.ssl_ca_cert = base.ssl_ca_cert
+    cfg.cert_file = base.cert_file
+    cfg.key_file = base.key_file
+    api = client.ApiClient(cfg, header_name="Impersonate-User",
+                           header_value="system:serviceaccount:%s:nobody" % ns)
+    with pytest.raises(ApiException) as err:
+        client.CoreV1Api(api).list_node()
+    assert err.value.status == 403
+    assert "system:serviceaccount:%s:nobody" % ns in err.value.body
+
+
+def test_host_root_persisted_config_survives_reboot_runtime_does_not(sim):
+    (node,) = sim.add_nodes("gb200", 1)
+    root = sim.host_root(node)
+    run = lambda cmd: hostroot.run(root, cmd)  # noqa: E731
+    assert run("sysctl -w vm.swappiness=5").returncode == 0
+    assert run("echo 'vm.max_map_count = 262144' > /etc/sysctl.d/90-test.conf").returncode == 0
+    assert run("echo 'GRUB_CMDLINE_LINUX=\"iommu.passthrough=1\"' > /etc/default/grub.d/90-test.cfg"
+               " && update-grub").returncode == 0
+    assert "iommu.passthrough=1" not in run("cat /proc/cmdline").stdout
+    hostroot.boot(root)
+    assert run("sysctl -n vm.swappiness").stdout.strip() == "60"
+    assert run("sysctl -n vm.max_map_count").stdout.strip() == "262144"
+    assert "iommu.passthrough=1" in run("cat /proc/cmdline").stdout
+    assert run("nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader").stdout.splitlines()[0] == \
+        "NVIDIA GB200, 10.0"
+    assert run("uname -m").stdout.strip() == "aarch64"
+    # A parameter the kernel does not have fails as on a real 6.x kernel.
+    bad = run("sysctl -w kernel.sched_latency_ns=1000000")
+    assert bad.returncode != 0 and "cannot stat" in bad.stderr
+
+
+def test_fleet_labels_follow_gpu_feature_discovery(sim):
+    nodes = {n.metadata.name: n for n in sim.core.list_node(label_selector="type=kwok").items}
+    gb = next(n for name, n in nodes.items() if name.startswith("gb200"))
+    assert gb.metadata.labels["nvidia.com/gpu.family"] == "blackwell"
+    assert gb.metadata.labels["kubernetes.io/arch"] == "arm64"
+    assert gb.metadata.labels["nvidia.com/gpu.compute.major"] == "10"
+    assert gb.status.capacity["nvidia.com/gpu"] == "4"
+    h = next(n for name, n in nodes.items() if name.startswith("h100"))
+    assert h.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert h.status.allocatable["nvidia.com/gpu"] == "8"
+
+
+# --- lifecycle and bad input ------------------------------------------------------
+
+def _processes_of(cluster_dir):
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if cluster_dir in line]
+
+
+def test_second_simulator_side_by_side_and_already_running_is_refused(sim):
+    other = Cluster("pytest-second-%d" % os.getpid())
+    try:
+        other.up()
+        create_fleet(other, "bare", nodes=1)
+        assert other.load()["server"] != sim.cluster.load()["server"]
+        with pytest.raises(SimulatorError, match="already running"):
+            other.up()
+    finally:
+        other.down()
+    assert not _processes_of(other.dir)
+    assert not os.path.exists(other.dir)
+
+
+def test_port_taken_is_refused_cleanly(sim):
+    port = int(sim.cluster.load()["ports"]["apiserver"])
+    other = Cluster("pytest-port-%d" % os.getpid())
+    with pytest.raises(SimulatorError, match="port %d is already in use" % port):
+        other.up(apiserver_port=port)
+    assert not os.path.exists(other.dir)
+
+
+def test_missing_binary_is_refused_cleanly(tmp_path, monkeypatch):
+    monkeypatch.setenv("NODEWRIGHT_SIM_BIN", str(tmp_path))
+    other = Cluster("pytest-nobin-%d" % os.getpid())
+    with pytest.raises(SimulatorError, match="missing simulator binaries.*make binaries"):
+        other.up()
+    assert not os.path.exists(other.dir)
+
+
+def test_broken_binary_is_refused_cleanly(tmp_path, monkeypatch):
+    from nodewright_sim.cluster import BINARIES, bin_dir
+    for name in BINARIES:
+        os.symlink(os.path.join(bin_dir(), name), str(tmp_path / name))
+    os.unlink(str(tmp_path / "etcd"))
+    (tmp_path / "etcd").write_text("#!/bin/sh\necho 'segmentation fault' >&2\nexit 139\n")
+    os.chmod(str(tmp_path / "etcd"), 0o755)
+    monkeypatch.setenv("NODEWRIGHT_SIM_BIN", str(tmp_path))
+    other = Cluster("pytest-broken-%d" % os.getpid())
+    with pytest.raises(SimulatorError, match="etcd does not run"):
+        other.up()
+    assert not os.path.exists(other.dir)
+
+
+def test_cli_unknown_profile_lists_known_ones():
+    proc = subprocess.run([sys.executable, "-m", "nodewright_sim", "--name", "pytest-cli-%d" % free_port(),
+                           "up", "--profile", "nope"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "unknown fleet profile 'nope'; known profiles: all-gpus, bare, dev, large, mixed" in proc.stderr

@@ -1,0 +1,216 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Controller side of nodewright.fleet.package: find each package's source,
+validate it before anything touches the node, send it over, run the module.
+
+Source resolution is one function per kind of source so that a kind can be added
+without touching the rest: today a directory (a path, a ``files/`` lookup, or the
+name of a package shipped in the collection's ``packages/``); an OCI image pulled
+by digest is the planned next kind and is refused with a clear message until then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+    MANIFEST_JSON,
+    MANIFEST_YAML,
+    PackageError,
+    find_manifest,
+    load_package,
+    package_from_manifest,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner import (
+    PACKAGE_SPEC_KEYS,
+    desired_from_spec,
+    plan,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import package_manifest
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    yaml = None
+
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED_PACKAGES = os.path.join(COLLECTION_ROOT, "packages")
+LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
+IMAGE_SCHEMES = ("oci", "docker", "registry")
+
+
+def yaml_line_map(text):
+    """Map each value's path in a YAML document to its line (1-based)."""
+    lines = {}
+
+    def walk(node, path):
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                walk(value, path + (key.value,))
+        elif isinstance(node, yaml.SequenceNode):
+            for n, item in enumerate(node.value):
+                walk(item, path + (n,))
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def load_controller_package(path):
+    """Load and validate a package directory on the controller (YAML allowed)."""
+    fmt, manifest = find_manifest(path)
+    if not manifest.endswith(".yaml"):
+        return load_package(path)
+    if yaml is None:  # pragma: no cover
+        raise AnsibleError("reading %s needs PyYAML on the controller" % manifest)
+    with open(manifest) as fh:
+        text = fh.read()
+    try:
+        data = yaml.safe_load(text)
+        lines = yaml_line_map(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise PackageError([ValidationError("not valid YAML: %s" % getattr(exc, "problem", exc), source=manifest,
+                                            line=mark.line + 1 if mark else None)])
+    return package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
+
+
+def resolve_image(reference):
+    raise AnsibleError(
+        "package source %r is an image reference; OCI image sources are not supported yet" % reference,
+        obj=None) from None
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = True
+
+    def resolve_source(self, spec, index):
+        """A local directory for the spec's package, or None (uninstall without a
+        source uses the copy on the host)."""
+        src, name = spec.get("src"), spec.get("name")
+        if src:
+            if "://" in src:
+                scheme = src.split("://", 1)[0]
+                if scheme in IMAGE_SCHEMES:
+                    resolve_image(src)
+                raise AnsibleError("packages[%d]: unknown package source %r (give a package directory)"
+                                   % (index, src))
+            if os.path.isabs(src):
+                path = src
+            else:
+                try:
+                    path = self._find_needle("files", src)
+                except AnsibleError:
+                    raise AnsibleError("packages[%d]: package directory %r not found (relative paths are looked up "
+                                       "like files/ of the role or the playbook)" % (index, src))
+            if not os.path.isdir(path):
+                raise AnsibleError("packages[%d]: %s is not a package directory" % (index, path))
+            return path
+        shipped = os.path.join(SHIPPED_PACKAGES, name or "")
+        if name and os.path.isdir(shipped):
+            return shipped
+        if (spec.get("state") or "present") == "absent":
+            return None
+        raise AnsibleError("packages[%d]: %r is not a package shipped with nodewright.fleet (%s) and no src was "
+                           "given" % (index, name, ", ".join(sorted(os.listdir(SHIPPED_PACKAGES)))
+                                      if os.path.isdir(SHIPPED_PACKAGES) else "none"))
+
+    def _specs(self, args):
+        if args.get("packages") is not None:
+            if not isinstance(args["packages"], list):
+                raise AnsibleError("packages must be a list of package mappings")
+            return [dict(s) for s in args["packages"]], True
+        if not (args.get("name") or args.get("src")):
+            return [], False
+        return [{k: args[k] for k in PACKAGE_SPEC_KEYS if args.get(k) is not None}], False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        staging = tempfile.mkdtemp(prefix="nodewright-package-")
+        try:
+            try:
+                specs, as_list = self._specs(args)
+                sent = self._transfer(self._validate(specs, staging), staging)
+            except PackageError as exc:
+                result.update(failed=True, msg=str(exc), errors=[str(e) for e in exc.errors])
+                return result
+            except (NodeWrightError, AnsibleError) as exc:
+                result.update(failed=True, msg=str(exc))
+                return result
+            module_args = {k: v for k, v in args.items() if k not in PACKAGE_SPEC_KEYS and k != "packages"}
+            if as_list:
+                module_args["packages"] = sent
+            elif sent:
+                module_args.update(sent[0])
+            result.update(self._execute_module(module_name="nodewright.fleet.package", module_args=module_args,
+                                               task_vars=task_vars))
+            return result
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _validate(self, specs, staging):
+        """Resolve and validate every package; the specs the module gets back point
+        at validated directories."""
+        desired, sent = [], []
+        for n, spec in enumerate(specs):
+            if not isinstance(spec, dict):
+                raise AnsibleError("packages[%d] must be a mapping" % n)
+            path = self.resolve_source(spec, n)
+            package = load_controller_package(path) if path else None
+            item = desired_from_spec(spec, package, n)
+            desired.append(item)
+            if package is not None and package.source and package.source.endswith(MANIFEST_YAML):
+                path = self._stage_json_copy(package, staging, n)
+            spec = dict(spec, name=item["name"])
+            if path:
+                spec["src"] = path
+            sent.append(spec)
+        # Ordering problems (a cycle, a missing dependency) fail here, before the node.
+        plan(desired, None, phase="main")
+        return sent
+
+    def _stage_json_copy(self, package, staging, index):
+        """The node reads JSON only: stage a copy whose manifest is package.json."""
+        dest = os.path.join(staging, "src-%d" % index, package.name)
+        shutil.copytree(package.root, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        os.unlink(os.path.join(dest, MANIFEST_YAML))
+        with open(os.path.join(dest, MANIFEST_JSON), "w") as fh:
+            json.dump(package_manifest(package), fh, indent=2, sort_keys=True)
+        return dest
+
+    def _is_local(self):
+        return getattr(self._connection, "transport", None) in LOCAL_CONNECTIONS or \
+            getattr(self._connection, "_load_name", None) in LOCAL_CONNECTIONS
+
+    def _transfer(self, specs, staging):
+        """Send each package to the host as an archive; a local connection uses the
+        directories where they are."""
+        if self._is_local():
+            return specs
+        tmpdir = self._connection._shell.tmpdir or self._make_tmp_path()
+        sent = []
+        for n, spec in enumerate(specs):
+            if spec.get("src"):
+                archive = os.path.join(staging, "%d-%s.tar.gz" % (n, spec["name"]))
+                with tarfile.open(archive, "w:gz") as tar:
+                    tar.add(spec["src"], arcname=".")
+                remote = self._connection._shell.join_path(tmpdir, os.path.basename(archive))
+                self._transfer_file(archive, remote)
+                self._fixup_perms2((tmpdir, remote))
+                spec = dict(spec, src=remote)
+            sent.append(spec)
+        return sent

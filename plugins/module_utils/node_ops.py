@@ -1,0 +1,268 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Operations on one Node: read, cordon/uncordon with ownership, NodeWright markers
+(status labels, state annotations, conditions) and Events.
+
+Ownership: NodeWright records its own cordon in ``nodewright.io/cordoned-by`` so it
+never uncordons a node somebody else cordoned, and a re-run after a crash knows
+the cordon is its own.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+import uuid
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call, require_kubernetes
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes.client.rest import ApiException
+except ImportError:
+    k8s_client = None
+    ApiException = Exception
+
+OWNER = "nodewright"
+
+
+def now_iso():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeNotFound(NodeWrightError):
+    pass
+
+
+def core_api(api_client):
+    require_kubernetes()
+    return k8s_client.CoreV1Api(api_client)
+
+
+def read_node(core, name):
+    """The node as a plain dict (API field names), or NodeNotFound."""
+    try:
+        resp = core.read_node(name, _preload_content=False)
+    except ApiException as exc:
+        if getattr(exc, "status", None) == 404:
+            raise NodeNotFound("node %s does not exist" % name,
+                               hint="check the name with `kubectl get nodes`; the inventory may be stale")
+        raise
+    return json.loads(resp.data)
+
+
+def get_node(core, name):
+    return call("read node %s" % name, read_node, core, name)
+
+
+def is_ready(node):
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def boot_id(node):
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+
+
+def cordon_record(node):
+    """NodeWright's cordon record on this node, or None."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.ANNOTATION_CORDONED_BY)
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+        return record if isinstance(record, dict) else {"owner": OWNER, "raw": raw}
+    except ValueError:
+        return {"owner": OWNER, "raw": raw}
+
+
+def cordon_state(node):
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    record = cordon_record(node)
+    if not unschedulable:
+        return "uncordoned"
+    return "cordoned_by_nodewright" if record else "cordoned_by_other"
+
+
+def plan_cordon(node, state, force=False):
+    """Decide what a cordon/uncordon request does. Returns (action, patch, message).
+
+    action: none | cordon | adopt | uncordon | refuse
+    """
+    current = cordon_state(node)
+    if state == "cordoned":
+        if current == "uncordoned":
+            return "cordon", None, "cordoned"
+        if current == "cordoned_by_nodewright":
+            return "none", None, "already cordoned by NodeWright"
+        return "none", None, "already cordoned by someone else; NodeWright will not uncordon it"
+    if state == "uncordoned":
+        if current == "uncordoned":
+            if cordon_record(node):
+                return "clear", None, "not cordoned; stale NodeWright cordon record removed"
+            return "none", None, "not cordoned"
+        if current == "cordoned_by_nodewright" or force:
+            return "uncordon", None, "uncordoned" + (" (forced)" if current == "cordoned_by_other" else "")
+        return "refuse", None, ("node was cordoned by someone else, not NodeWright; leaving it cordoned "
+                                "(use force to override)")
+    raise ValidationError("state must be cordoned or uncordoned, got %r" % state, field="state")
+
+
+def cordon_patch(action, reason=None, resource=None):
+    if action == "cordon":
+        record = {"owner": OWNER, "at": now_iso(), "by": socket.gethostname()}
+        if reason:
+            record["reason"] = reason
+        if resource:
+            record["resource"] = resource
+        return {"spec": {"unschedulable": True},
+                "metadata": {"annotations": {markers.ANNOTATION_CORDONED_BY: json.dumps(record, sort_keys=True)}}}
+    if action == "uncordon":
+        return {"spec": {"unschedulable": None}, "metadata": {"annotations": {markers.ANNOTATION_CORDONED_BY: None}}}
+    if action == "clear":
+        return {"metadata": {"annotations": {markers.ANNOTATION_CORDONED_BY: None}}}
+    return None
+
+
+def patch_node(core, name, patch):
+    return call("patch node %s" % name, core.patch_node, name, patch)
+
+
+def set_cordon(core, name, state, force=False, reason=None, resource=None, check_mode=False):
+    node = get_node(core, name)
+    action, _, message = plan_cordon(node, state, force)
+    result = {"node": name, "previous": cordon_state(node), "action": action, "msg": message,
+              "changed": action in ("cordon", "uncordon", "clear")}
+    if action == "refuse":
+        result["failed"] = True
+        return result
+    patch = cordon_patch(action, reason, resource)
+    if patch and not check_mode:
+        patch_node(core, name, patch)
+        emit_event(core, name, markers.EVENT_CORDON if action == "cordon" else markers.EVENT_UNCORDON,
+                   "%s%s" % (message, (": " + reason) if reason else ""))
+    result["current"] = state if action != "clear" else "uncordoned"
+    return result
+
+
+# --- events --------------------------------------------------------------------------
+
+def emit_event(core, node_name, reason, message, event_type="Normal", namespace="default"):
+    """Record a Kubernetes Event on the node. Never fails the caller: events are advisory."""
+    ts = now_iso()
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "%s.nodewright.%s" % (node_name, uuid.uuid4().hex[:10]), "namespace": namespace},
+        "involvedObject": {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"},
+        "reason": reason, "message": message[:1024], "type": event_type,
+        "source": {"component": "nodewright"}, "reportingComponent": "nodewright",
+        "reportingInstance": socket.gethostname(),
+        "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+    }
+    try:
+        core.create_namespaced_event(namespace, body)
+        return True
+    except Exception:  # noqa: BLE001 - an event is never worth failing maintenance for
+        return False
+
+
+# --- NodeWright state markers ----------------------------------------------------------
+
+def read_state(node, resource):
+    """The JSON state NodeWright recorded for ``resource`` on this node.
+
+    A hand-edited, malformed annotation is reported, not trusted: {"error": ...}.
+    """
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource))
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {"error": "malformed %s annotation: %s" % (markers.state_annotation(resource), exc)}
+    if not isinstance(value, dict):
+        return {"error": "malformed %s annotation: not a JSON object" % markers.state_annotation(resource)}
+    return value
+
+
+def aggregate_status(statuses):
+    """One node-level status from the per-resource ones (worst wins)."""
+    order = [markers.STATUS_ERRORING, markers.STATUS_BLOCKED, markers.STATUS_IN_PROGRESS,
+             markers.STATUS_WAITING, markers.STATUS_UNKNOWN, markers.STATUS_COMPLETE]
+    present = set(statuses)
+    for s in order:
+        if s in present:
+            return s
+    return None
+
+
+def state_patch(node, resource, status=None, state=None, merge=True):
+    """Metadata patch that records ``status``/``state`` for ``resource``."""
+    if status is not None and status not in markers.STATUSES:
+        raise ValidationError("status must be one of %s, got %r" % (", ".join(markers.STATUSES), status),
+                              field="status")
+    labels = {}
+    annotations = {}
+    if status is not None:
+        labels[markers.status_label(resource)] = status
+        current = dict(((node.get("metadata") or {}).get("labels") or {}))
+        current[markers.status_label(resource)] = status
+        per_resource = [v for k, v in current.items() if k.startswith(markers.LABEL_STATUS + "-")]
+        labels[markers.LABEL_STATUS] = aggregate_status(per_resource)
+    if state is not None:
+        new_state = dict(read_state(node, resource)) if merge else {}
+        new_state.pop("error", None)
+        new_state.update(state)
+        if status is not None:
+            new_state["status"] = status
+        new_state["updated"] = now_iso()
+        annotations[markers.state_annotation(resource)] = json.dumps(new_state, sort_keys=True)
+    elif status is not None:
+        new_state = dict(read_state(node, resource))
+        new_state.pop("error", None)
+        new_state["status"] = status
+        new_state["updated"] = now_iso()
+        annotations[markers.state_annotation(resource)] = json.dumps(new_state, sort_keys=True)
+    meta = {}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"metadata": meta} if meta else None
+
+
+def condition_patch(node, cond_type, status, reason, message):
+    """Status patch that sets one node condition (strategic merge by type)."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == cond_type and cond.get("status") == status and cond.get("reason") == reason \
+                and cond.get("message") == message:
+            return None
+    ts = now_iso()
+    return {"status": {"conditions": [{"type": cond_type, "status": status, "reason": reason,
+                                       "message": message[:1024], "lastHeartbeatTime": ts,
+                                       "lastTransitionTime": ts}]}}
+
+
+def patch_node_status(core, name, patch):
+    return call("patch status of node %s" % name, core.patch_node_status, name, patch)
+
+
+def clear_marks_patch(node, resource):
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    meta = {"labels": {}, "annotations": {}}
+    if markers.status_label(resource) in labels:
+        meta["labels"][markers.status_label(resource)] = None
+        rest = [v for k, v in labels.items() if k.startswith(markers.LABEL_STATUS + "-")
+                and k != markers.status_label(resource)]
+        meta["labels"][markers.LABEL_STATUS] = aggregate_status(rest)
+    if markers.state_annotation(resource) in annotations:
+        meta["annotations"][markers.state_annotation(resource)] = None
+    meta = {k: v for k, v in meta.items() if v}
+    return {"metadata": meta} if meta else None

@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Waits of the safe sequence: for non-interruptible pods to finish, for a node to
+come back after an interrupt, and the health gates before a node returns to work."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.drain import list_node_pods, pod_key
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import TimeoutExceeded, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import to_selector
+
+ACTIVE_PHASES = ("Pending", "Running", "Unknown")
+
+
+def validate_timeout(value, field="timeout", maximum=14 * 86400):
+    if value is None or value <= 0 or value > maximum:
+        raise ValidationError("%s must be between 1 second and %d days, got %s" % (field, maximum // 86400, value),
+                              field=field)
+    return value
+
+
+def _age(pod, now=None):
+    created = pod["metadata"].get("creationTimestamp")
+    if not created:
+        return None
+    t = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return int((now - t).total_seconds())
+
+
+def blocking_pods(pods, selector):
+    """Pods matching the non-interruptible selector that still run (or may run) on the node."""
+    out = []
+    for pod in pods:
+        if pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        if (pod.get("status") or {}).get("phase", "Pending") not in ACTIVE_PHASES:
+            continue
+        if selector.matches(pod["metadata"].get("labels") or {}):
+            out.append({"pod": pod_key(pod), "phase": pod["status"].get("phase"), "age_seconds": _age(pod)})
+    return sorted(out, key=lambda p: p["pod"])
+
+
+def wait_for_critical_pods(core, node, selectors, timeout, poll=2.0, resource=None, check_mode=False,
+                           clock=time.monotonic, sleep=time.sleep):
+    """Wait until no non-interruptible pod runs on ``node``. Never evicts anything.
+
+    While waiting, the node carries ``nodewright.io/blocked-by`` naming the pods (and, with
+    a resource, its status label says blocked), so ``kubectl get node`` explains the wait.
+    """
+    selector = to_selector(selectors, "selectors")
+    if selector.empty:
+        raise ValidationError("the non-interruptible selector is empty and would match every pod",
+                              field="selectors", hint="e.g. app.kubernetes.io/component=training")
+    validate_timeout(timeout)
+    node_ops.get_node(core, node)
+    start = clock()
+    deadline = start + timeout
+    first = blocking_pods(list_node_pods(core, node), selector)
+    result = {"node": node, "selector": selector.to_string(), "initially_blocking": first, "blocking": first,
+              "waited_seconds": 0.0, "changed": False}
+    if check_mode or not first:
+        return result
+    marked = None
+    blockers = first
+    while blockers:
+        text = ", ".join(p["pod"] for p in blockers)
+        if text != marked:
+            patch = {"metadata": {"annotations": {markers.ANNOTATION_BLOCKED_BY: text}}}
+            if resource:
+                state = node_ops.state_patch(node_ops.get_node(core, node), resource, status=markers.STATUS_BLOCKED,
+                                             state={"blockedBy": [p["pod"] for p in blockers]})
+                patch["metadata"].update({k: dict(v, **patch["metadata"].get(k, {}))
+                                          for k, v in state["metadata"].items()})
+            node_ops.patch_node(core, node, patch)
+            if marked is None:
+                node_ops.emit_event(core, node, markers.EVENT_BLOCKED,
+                                    "waiting for non-interruptible pods to finish: %s" % text)
+            marked = text
+        if clock() >= deadline:
+            result.update(blocking=blockers, waited_seconds=round(clock() - start, 1))
+            raise TimeoutExceeded(
+                "node %s: non-interruptible pods still running after %ss: %s; nothing was evicted"
+                % (node, timeout, ", ".join("%s (%s, age %ss)" % (p["pod"], p["phase"], p["age_seconds"])
+                                            for p in blockers)),
+                hint="raise the timeout, or wait until these jobs finish", result=result)
+        sleep(min(poll, max(0.1, deadline - clock())))
+        blockers = blocking_pods(list_node_pods(core, node), selector)
+    node_ops.patch_node(core, node, {"metadata": {"annotations": {markers.ANNOTATION_BLOCKED_BY: None}}})
+    result.update(blocking=[], waited_seconds=round(clock() - start, 1), changed=True)
+    return result
+
+
+def wait_ready(core, node, timeout, previous_boot_id=None, poll=1.0, clock=time.monotonic, sleep=time.sleep):
+    """Wait for Ready, and for a new bootID when ``previous_boot_id`` is given."""
+    validate_timeout(timeout)
+    start = clock()
+    deadline = start + timeout
+    seen_not_ready = False
+    while True:
+        n = node_ops.get_node(core, node)
+        ready = node_ops.is_ready(n)
+        seen_not_ready = seen_not_ready or not ready
+        bid = node_ops.boot_id(n)
+        rebooted = previous_boot_id is None or (bid and bid != previous_boot_id)
+        if ready and rebooted:
+            return {"node": node, "ready": True, "boot_id": bid, "previous_boot_id": previous_boot_id,
+                    "rebooted": previous_boot_id is not None, "seen_not_ready": seen_not_ready,
+                    "waited_seconds": round(clock() - start, 1)}
+        if clock() >= deadline:
+            why = "still NotReady" if not ready else "bootID unchanged (%s): the reboot did not happen" % bid
+            raise TimeoutExceeded("node %s did not come back within %ss: %s" % (node, timeout, why),
+                                  hint="check the node's console / kubelet; it stays cordoned")
+        sleep(poll)
+
+
+# --- health gates ------------------------------------------------------------------------
+
+DEFAULT_PROBLEM_CONDITIONS = ()
+
+
+def evaluate_health(node, conditions=(), labels=None):
+    """Pure: which gates fail on this node. ``conditions`` are {type, status} with the
+    healthy status expected (Ready -> True; problem conditions -> False)."""
+    failures = []
+    current = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
+    for gate in conditions:
+        ctype = gate["type"]
+        want = gate.get("status") or ("True" if ctype == "Ready" else "False")
+        have = current.get(ctype)
+        if have is None:
+            if gate.get("required", False):
+                failures.append({"gate": "condition", "type": ctype, "expected": want, "actual": None,
+                                 "message": "condition %s is not reported on the node" % ctype})
+            continue
+        if have.get("status") != want:
+            failures.append({"gate": "condition", "type": ctype, "expected": want, "actual": have.get("status"),
+                             "message": "%s is %s (%s: %s)" % (ctype, have.get("status"), have.get("reason"),
+                                                               have.get("message"))})
+    node_labels = (node.get("metadata") or {}).get("labels") or {}
+    for key, want in sorted((labels or {}).items()):
+        have = node_labels.get(key)
+        if have != want:
+            failures.append({"gate": "label", "key": key, "expected": want, "actual": have,
+                             "message": "label %s is %r, expected %r" % (key, have, want)})
+    return failures
+
+
+def run_validation_job(api_client, node, spec, timeout, clock=time.monotonic, sleep=time.sleep):
+    """Run an operator-supplied validation Job pinned to ``node``; wait for success."""
+    from kubernetes import client as k8s_client
+    batch = k8s_client.BatchV1Api(api_client)
+    ns = spec.get("namespace", "default")
+    template = json.loads(json.dumps(spec["template"]))
+    pod_spec = template.setdefault("spec", {})
+    pod_spec["nodeName"] = node
+    pod_spec.setdefault("restartPolicy", "Never")
+    tolerations = pod_spec.setdefault("tolerations", [])
+    tolerations.append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"})
+    tolerations.append({"key": markers.TAINT_RUNTIME_REQUIRED, "operator": "Exists"})
+    name = "%s-%s-%d" % (spec.get("name", "nodewright-validate")[:30], node[:20], int(time.time()))
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "nodewright"}},
+           "spec": {"backoffLimit": spec.get("backoff_limit", 0), "ttlSecondsAfterFinished": 3600,
+                    "template": template}}
+    call("create validation job on %s" % node, batch.create_namespaced_job, ns, job)
+    deadline = clock() + timeout
+    while clock() < deadline:
+        st = call("read validation job", batch.read_namespaced_job, name, ns).status
+        if st.succeeded:
+            return {"job": "%s/%s" % (ns, name), "succeeded": True}
+        if st.failed and st.failed > spec.get("backoff_limit", 0):
+            return {"job": "%s/%s" % (ns, name), "succeeded": False, "message": "validation job failed"}
+        sleep(1.0)
+    return {"job": "%s/%s" % (ns, name), "succeeded": False, "message": "validation job did not finish in %ss" % timeout}

@@ -1,0 +1,358 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""nodewright.fleet.package: plan and run the lifecycle of NodeWright packages on a host."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: package
+short_description: Apply, upgrade, reconfigure and uninstall NodeWright packages on a host
+version_added: "0.1.0"
+description:
+  - Runs the lifecycle of one or more NodeWright packages on a host (or on a host root
+    directory through chroot) - apply, config, upgrade, downgrade, uninstall and
+    post-interrupt, each stage followed by its C(-check) stage.
+  - A package is a directory with C(package.json) (or C(package.yaml)), C(steps/) and
+    C(files/); a Skyhook package directory (C(config.json), C(skyhook_dir/),
+    C(root_dir/)) runs unmodified. See C(docs/packages.md) in the collection.
+  - The action plugin validates every package on the controller before anything
+    touches the node, then transfers it (a local connection uses the directory in place).
+  - The module compares the desired packages with the node's recorded state and runs
+    only what changed - a new version upgrades (C(upgrade) then C(config)), an older one
+    downgrades (the installed version's C(uninstall), then C(apply)), changed config keys
+    rerun C(config) and ask only for the interrupts their C(configInterrupts) name.
+  - It never reboots or restarts services itself - it returns the merged interrupt the
+    node needs (reboot > restartAllServices > services > noop) for the safe sequence to
+    perform, after which a second call with O(phase=post-interrupt) runs the
+    post-interrupt stages.
+  - It returns the node's new package state, JSON for the node annotation
+    C(nodewright.io/state-<resource>); writing the annotation is the caller's business.
+    Without O(recorded_state) the state the host keeps in
+    C(/var/lib/nodewright/state/<resource>.json) is used.
+author:
+  - NodeWright maintainers
+options:
+  name:
+    description:
+      - Name of the package. Without O(src), the package of that name shipped with the
+        collection (C(packages/<name>)), or for O(state=absent) the copy kept on the host.
+      - For a Skyhook package it is the name the package gets on the node (its
+        C(package_name) may differ).
+    type: str
+  src:
+    description:
+      - The package's source - a directory with C(package.json), C(package.yaml) or a
+        Skyhook C(config.json). A relative path is searched like a C(files/) lookup.
+      - The action plugin passes the module a C(.tar.gz) of the directory when the
+        package has to travel to a remote host.
+      - OCI image references are reserved for a later release.
+    type: str
+  version:
+    description:
+      - The version the package must have. With O(src) it is checked against the
+        manifest; with O(state=absent) and no O(src) it names the installed version.
+    type: str
+  config:
+    description:
+      - Config keys and values, written as files under C(configmaps/) in the package
+        directory on the host. A value that is not a string is written as JSON.
+      - Merged over the manifest's C(defaultConfig); every key in C(expectedConfig)
+        must be present.
+    type: dict
+  env:
+    description: Environment variables given to every step (and to C(env:VAR) arguments).
+    type: dict
+  interrupt:
+    description:
+      - Overrides the manifest's interrupt, C({type, services}) with type one of
+        C(reboot), C(service), C(restartAllServices), C(noop).
+    type: dict
+  config_interrupts:
+    description: Overrides the manifest's C(configInterrupts) (config key glob to interrupt).
+    type: dict
+  depends_on:
+    description: Overrides the manifest's C(dependsOn) (package name to minimum version).
+    type: dict
+  state:
+    description: Whether the package should be on the host.
+    type: str
+    choices: [present, absent]
+    default: present
+  packages:
+    description:
+      - Several packages at once, each a mapping with the keys O(name), O(src),
+        O(version), O(config), O(env), O(interrupt), O(config_interrupts),
+        O(depends_on) and O(state). They run in C(dependsOn) order; the result has
+        one merged interrupt.
+      - Mutually exclusive with O(name) and O(src).
+    type: list
+    elements: dict
+  host_root:
+    description:
+      - The host's root directory. V(/) runs steps directly; any other path runs them in
+        a chroot of it (a host mounted into a privileged pod, a simulator node).
+    type: path
+    default: /
+  resource:
+    description:
+      - Name of the NodeWright resource the packages belong to; it names the state file,
+        the annotation and C(SKYHOOK_RESOURCE_ID).
+    type: str
+    default: default
+  recorded_state:
+    description:
+      - The node's recorded package state - the value of the node annotation
+        C(nodewright.io/state-<resource>) as JSON text or a mapping, or one package's entry.
+      - Omitted, the state the host keeps for O(resource) is used.
+    type: raw
+  prune:
+    description: Uninstall packages recorded on the node that are not among the desired packages.
+    type: bool
+    default: false
+  phase:
+    description:
+      - V(main) plans and runs everything up to the interrupt. V(post-interrupt) runs the
+        post-interrupt stages of the packages whose interrupt has been performed (a
+        reboot is verified through the boot id).
+    type: str
+    choices: [main, post-interrupt]
+    default: main
+  keep_logs:
+    description: Step logs kept per step under C(/var/log/nodewright/<name>/<version>/).
+    type: int
+    default: 5
+attributes:
+  check_mode:
+    support: full
+    details: Returns the plan; no step runs and nothing is written on the host.
+  diff_mode:
+    support: none
+notes:
+  - Runs as root on the host (chroot needs it for O(host_root) other than V(/)).
+  - A step that manages its own idempotence is marked C(idempotent) and always runs;
+    any other finished step of C(apply), C(upgrade), C(uninstall) and C(post-interrupt)
+    leaves a flag under C(/var/lib/nodewright/flags/) and is not repeated.
+"""
+
+EXAMPLES = r"""
+- name: Tune kernel parameters with the shipped sysctl package
+  nodewright.fleet.package:
+    name: sysctl
+    config:
+      vm.swappiness: "10"
+      net.core.somaxconn: "4096"
+
+- name: Run a Skyhook package directory unmodified inside a host mounted at /host
+  nodewright.fleet.package:
+    src: /srv/skyhook-packages/shellscript
+    name: shellscript
+    host_root: /host
+    resource: gpu-baseline
+    config:
+      apply.sh: |
+        #!/bin/bash
+        echo hello > /etc/hello
+
+- name: Several packages in dependsOn order, with the state from the node annotation
+  nodewright.fleet.package:
+    resource: gpu-baseline
+    recorded_state: "{{ node_annotations['nodewright.io/state-gpu-baseline'] | default('{}') }}"
+    prune: true
+    packages:
+      - name: cve-remediation
+        config:
+          openssl: 3.0.13-0ubuntu3.4
+      - name: kdump
+        config:
+          crashkernel: 1G-4G:192M,4G-64G:256M,64G-:512M
+  register: nodewright_pkg
+
+- name: After the safe sequence rebooted the node, run the post-interrupt stages
+  nodewright.fleet.package:
+    resource: gpu-baseline
+    phase: post-interrupt
+    recorded_state: "{{ nodewright_pkg.state }}"
+
+- name: Uninstall a package with the copy kept on the host
+  nodewright.fleet.package:
+    name: security-agent
+    state: absent
+"""
+
+RETURN = r"""
+plan:
+  description:
+    - What the planner decided, in execution order. Each package has C(name),
+      C(action) (apply, upgrade, downgrade, reinstall, config, resume, uninstall,
+      interrupt, post-interrupt, none), C(version), C(from_version), C(stages),
+      C(interrupt), C(post_interrupt), C(changed_keys), C(depends_on) and C(reason).
+  returned: always
+  type: dict
+  sample:
+    phase: main
+    changed: true
+    interrupt: {type: reboot, services: []}
+    packages:
+      - name: kdump
+        action: config
+        version: 1.0.0
+        from_version: null
+        stages: [config]
+        interrupt: {type: reboot, services: []}
+        post_interrupt: true
+        changed_keys: [crashkernel]
+        depends_on: {}
+        reason: "config changed: crashkernel"
+interrupt:
+  description:
+    - The interrupt the node needs now, merged over its packages - reboot >
+      restartAllServices > service (union of services) > noop. Includes interrupts a
+      step asked for at run time. In check mode, the planned one.
+  returned: always
+  type: dict
+  sample: {type: service, services: [containerd.service, kubelet.service]}
+results:
+  description:
+    - Per package, the stages run and per step C(stage), C(step), C(ok), C(skipped),
+      C(exit_code), C(stdout_tail), C(stderr_tail), C(duration_s) and C(log) (the
+      log file on the host, as the module saw it). Empty in check mode.
+  returned: always
+  type: list
+  elements: dict
+state:
+  description:
+    - The node's package state after the run, for the node annotation
+      C(nodewright.io/state-<resource>) - C(packages) maps each package name to
+      C(name), C(version), C(stage) (apply, config, upgrade, uninstall, interrupt,
+      post-interrupt), C(state) (complete, in_progress, erroring), C(configHashes)
+      (per config key digests), C(dependsOn), and while unfinished C(interrupt),
+      C(fromVersion), C(bootId); C(status) is complete, in_progress or erroring.
+    - Returned on failure too, so that the caller can record the erroring state.
+  returned: always
+  type: dict
+  sample:
+    status: in_progress
+    packages:
+      kdump:
+        name: kdump
+        version: 1.0.0
+        stage: interrupt
+        state: in_progress
+        configHashes: {crashkernel: 3f1c0a9d2b7e4c11, coredir: 0b9e2f6c1d3a5e77}
+        interrupt: {type: reboot, services: []}
+        bootId: 5b7c3b1e-8a0e-4d61-9d5c-0f6f0c6d8e11
+        updated: "2026-01-31T10:00:00Z"
+annotation:
+  description: The annotation key and its value (compact JSON of RV(state)) to write on the Node.
+  returned: always
+  type: dict
+  sample: {key: nodewright.io/state-default, value: '{"packages":{},"status":"complete"}'}
+msg:
+  description: One line per package saying what was decided.
+  returned: always
+  type: str
+"""
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import state_annotation
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner import (
+    PACKAGE_SPEC_KEYS,
+    pending_interrupt,
+    plan_summary,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import (
+    StepFailed,
+    run_packages,
+)
+
+def _extract(archive, workdir):
+    """Unpack a package archive sent by the action plugin; refuses members that
+    would land outside the target."""
+    target = tempfile.mkdtemp(prefix="pkg-", dir=workdir)
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar.getmembers():
+            dest = os.path.realpath(os.path.join(target, member.name))
+            if not dest.startswith(os.path.realpath(target) + os.sep) and dest != os.path.realpath(target):
+                raise NodeWrightError("package archive %s has a member outside the package: %s"
+                                      % (archive, member.name))
+            if member.islnk() or member.isdev():
+                raise NodeWrightError("package archive %s has an unsupported member: %s" % (archive, member.name))
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(target, filter="data")
+        else:
+            tar.extractall(target)
+    return target
+
+
+def main():
+    package_spec = dict(
+        name=dict(type="str"), src=dict(type="str"), version=dict(type="str"), config=dict(type="dict"),
+        env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
+        depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
+    )
+    module = AnsibleModule(
+        argument_spec=dict(
+            package_spec,
+            packages=dict(type="list", elements="dict"),
+            host_root=dict(type="path", default="/"),
+            resource=dict(type="str", default="default"),
+            recorded_state=dict(type="raw"),
+            prune=dict(type="bool", default=False),
+            phase=dict(type="str", choices=["main", "post-interrupt"], default="main"),
+            keep_logs=dict(type="int", default=5),
+        ),
+        mutually_exclusive=[("packages", "name"), ("packages", "src")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["packages"] is not None:
+        specs = [{k: v for k, v in spec.items() if v is not None} for spec in p["packages"]]
+    elif p["name"] or p["src"]:
+        specs = [{k: p[k] for k in PACKAGE_SPEC_KEYS if p[k] is not None}]
+    elif p["phase"] == "post-interrupt":
+        specs = []
+    else:
+        module.fail_json(msg="give name or src (one package) or packages (a list, may be empty)")
+    if not os.path.isdir(p["host_root"]):
+        module.fail_json(msg="host_root %s is not a directory" % p["host_root"])
+
+    def annotation(state):
+        return dict(key=state_annotation(p["resource"]),
+                    value=json.dumps(state, sort_keys=True, separators=(",", ":")))
+
+    workdir = tempfile.mkdtemp(prefix="nodewright-package-")
+    try:
+        for spec in specs:
+            if spec.get("src") and os.path.isfile(spec["src"]):
+                spec["src"] = _extract(spec["src"], workdir)
+        try:
+            done = run_packages(specs, host_root=p["host_root"], resource=p["resource"],
+                                recorded_state=p["recorded_state"], prune=p["prune"], phase=p["phase"],
+                                check_mode=module.check_mode, keep_logs=p["keep_logs"])
+        except StepFailed as exc:
+            state = getattr(exc, "state", None) or {"packages": {}, "status": "erroring"}
+            module.fail_json(msg=str(exc), plan=getattr(exc, "plan", None),
+                             results=getattr(exc, "package_results", exc.results), state=state,
+                             interrupt=pending_interrupt(state), log=exc.log, annotation=annotation(state))
+        except NodeWrightError as exc:
+            errors = [str(e) for e in getattr(exc, "errors", [])] or [str(exc)]
+            module.fail_json(msg=str(exc), errors=errors)
+        except OSError as exc:
+            module.fail_json(msg="running packages on host root %s failed: %s" % (p["host_root"], exc))
+        module.exit_json(msg="\n".join(plan_summary(done["plan"])), annotation=annotation(done["state"]), **done)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Validation of NodeWright and DeploymentPolicy resources (the rules of the CRDs)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+    is_disabled,
+    is_paused,
+    validate_deployment_policy,
+    validate_nodewright,
+)
+
+pytestmark = pytest.mark.unit
+
+SHA = "sha256:" + "0123456789abcdef" * 4
+IMAGE = "ghcr.io/nvidia/skyhook-packages/tuning"
+
+
+def nodewright(spec=None, name="gpu-tuning", **metadata):
+    meta = {"name": name}
+    meta.update(metadata)
+    return {"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": meta, "spec": spec or {}}
+
+
+def with_package(**fields):
+    package = {"version": "1.2.3", "image": IMAGE}
+    package.update(fields)
+    return nodewright({"packages": {"tuning": package}})
+
+
+FULL = nodewright({
+    "nodeSelectors": {"matchLabels": {"nvidia.com/gpu.present": "true"},
+                      "matchExpressions": [{"key": "node-role.kubernetes.io/control-plane",
+                                            "operator": "DoesNotExist"}]},
+    "podNonInterruptLabels": {"matchLabels": {"workload": "training"}},
+    "deploymentPolicy": "gpu-rollout",
+    "deploymentPolicyOptions": {"resetBatchStateOnCompletion": False},
+    "priority": 10,
+    "runtimeRequired": True,
+    "autoTaintNewNodes": True,
+    "additionalTolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "packages": {
+        "tuning": {"version": "1.2.3", "image": IMAGE, "containerSHA": SHA,
+                   "interrupt": {"type": "reboot"},
+                   "configMap": {"sysctl.conf": "vm.swappiness=1\n", "nic.properties": "mtu=9000\n"},
+                   "configInterrupts": {"sysctl.conf": {"type": "restartAllServices"},
+                                        "*.properties": {"type": "service", "services": ["containerd"]}},
+                   "env": [{"name": "PROFILE", "value": "throughput"},
+                           {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "agent", "key": "token"}}}]},
+        "crash-dump": {"version": "0.4.0", "source": "packages/crash-dump", "dependsOn": {"tuning": "1.2.3"}},
+        "cve-fixes": {"version": "2024.11.0-1", "dependsOn": {"tuning": "1.2.3", "crash-dump": "0.4.0"}},
+    },
+}, annotations={"nodewright.io/pause": "true"})
+
+
+def test_full_resource_is_accepted_unchanged():
+    result = validate_nodewright(copy.deepcopy(FULL))
+    assert result["spec"]["packages"] == FULL["spec"]["packages"]
+    assert result["spec"]["priority"] == 10
+    assert result["metadata"] == FULL["metadata"]
+
+
+def test_defaults_are_filled_in():
+    result = validate_nodewright(nodewright())
+    assert result["spec"] == {"nodeSelectors": {}, "podNonInterruptLabels": {}, "packages": {},
+                              "priority": 200, "runtimeRequired": False, "autoTaintNewNodes": False,
+                              "additionalTolerations": []}
+
+
+def test_interrupt_without_services_loses_the_empty_list():
+    result = validate_nodewright(with_package(interrupt={"type": "reboot", "services": []}))
+    assert result["spec"]["packages"]["tuning"]["interrupt"] == {"type": "reboot"}
+
+
+def test_input_is_not_modified():
+    original = copy.deepcopy(FULL)
+    validate_nodewright(FULL)
+    assert FULL == original
+
+
+def test_pause_and_disable_annotations():
+    assert is_paused(FULL) is True
+    assert is_disabled(FULL) is False
+    assert is_paused(nodewright(annotations={"nodewright.io/pause": "True"})) is False
+    assert is_disabled(nodewright(annotations={"nodewright.io/disable": "true"})) is True
+    assert is_paused({}) is False
+
+
+@pytest.mark.parametrize("obj,field,message", [
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "apiVersion", "expected nodewright.io"),
+    (dict(nodewright(), apiVersion="skyhook.nvidia.com/v1alpha1", kind="NodeWright"), "apiVersion", "expected"),
+    (nodewright(name=None), "metadata.name", "non-empty string"),
+    (nodewright(name="GPU"), "metadata.name", "'GPU' is not valid"),
+    (nodewright(name="a" * 57), "metadata.name", "limit is 56"),
+    (nodewright({"bogus": 1}), "spec.bogus", "unknown field"),
+    (nodewright({"nodeSelectors": "pool=a"}), "spec.nodeSelectors", "must be a mapping"),
+    (nodewright({"nodeSelectors": {"matchLabels": {"bad key": "x"}}}), "spec.nodeSelectors", "invalid label key"),
+    (nodewright({"podNonInterruptLabels": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
+     "spec.podNonInterruptLabels.matchExpressions[0]", "In needs values"),
+    (nodewright({"interruptionBudget": {"percent": 10, "count": 2}}), "spec.interruptionBudget", "both percent and count"),
+    (nodewright({"interruptionBudget": {}}), "spec.interruptionBudget", "needs percent"),
+    (nodewright({"interruptionBudget": {"percent": 0}}), "spec.interruptionBudget.percent", "from 1 to 100"),
+    (nodewright({"interruptionBudget": {"count": 0}}), "spec.interruptionBudget.count", ">= 1"),
+    (nodewright({"interruptionBudget": {"percent": 10}, "deploymentPolicy": "p"}), "spec.interruptionBudget",
+     "both interruptionBudget and deploymentPolicy"),
+    (nodewright({"deploymentPolicy": "Bad_Name"}), "spec.deploymentPolicy", "is not valid"),
+    (nodewright({"deploymentPolicyOptions": {"resetBatchStateOnCompletion": True}}), "spec.deploymentPolicyOptions",
+     "without deploymentPolicy"),
+    (nodewright({"deploymentPolicy": "p", "deploymentPolicyOptions": {"reset": True}}),
+     "spec.deploymentPolicyOptions.reset", "unknown field"),
+    (nodewright({"priority": 0}), "spec.priority", ">= 1"),
+    (nodewright({"priority": "high"}), "spec.priority", ">= 1"),
+    (nodewright({"runtimeRequired": "yes"}), "spec.runtimeRequired", "true or false"),
+    (nodewright({"autoTaintNewNodes": True}), "spec.autoTaintNewNodes", "needs runtimeRequired"),
+    (nodewright({"additionalTolerations": {}}), "spec.additionalTolerations", "must be a list"),
+    (nodewright({"additionalTolerations": [{"operator": "Equal", "value": "x"}]}), "spec.additionalTolerations[0]",
+     "without a key must use operator Exists"),
+    (nodewright({"additionalTolerations": [{"key": "a", "operator": "Exists", "value": "x"}]}),
+     "spec.additionalTolerations[0].value", "takes no value"),
+    (nodewright({"additionalTolerations": [{"key": "a", "operator": "In"}]}),
+     "spec.additionalTolerations[0].operator", "unknown operator"),
+    (nodewright({"additionalTolerations": [{"key": "a", "effect": "NoRun"}]}),
+     "spec.additionalTolerations[0].effect", "unknown effect"),
+    (nodewright({"additionalTolerations": [{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 5}]}),
+     "spec.additionalTolerations[0].tolerationSeconds", "only applies to effect NoExecute"),
+    (nodewright({"packages": []}), "spec.packages", "must be a mapping"),
+    (nodewright({"packages": {"a": {"version": "1.0.0"}}}), "spec.packages.a", "'a' is not valid"),
+    (nodewright({"packages": {"Tuning": {"version": "1.0.0"}}}), "spec.packages.Tuning", "is not valid"),
+    (nodewright({"packages": {"tuning2": {"version": "1.0.0"}}}), "spec.packages.tuning2", "is not valid"),
+    (nodewright({"packages": {"a" + "b" * 42 + "c": {"version": "1.0.0"}}}), "spec.packages." + "a" + "b" * 42 + "c",
+     "limit is 43"),
+    (nodewright({"packages": {"tuning": {"name": "tuning", "version": "1.0.0"}}}), "spec.packages.tuning.name",
+     "takes its name from its key"),
+    (with_package(version=None), "spec.packages.tuning.version", "non-empty string"),
+    (with_package(version="v1.2.3"), "spec.packages.tuning.version", "no leading v"),
+    (with_package(version="1.2"), "spec.packages.tuning.version", "not valid"),
+    (with_package(version="01.2.3"), "spec.packages.tuning.version", "not valid"),
+    (with_package(image=IMAGE + ":1.2.3"), "spec.packages.tuning.image", "the tag is the version"),
+    (with_package(image=IMAGE + "@" + SHA), "spec.packages.tuning.image", "the digest goes in containerSHA"),
+    (with_package(image="ghcr.io/has space"), "spec.packages.tuning.image", "not valid"),
+    (with_package(source="packages/tuning"), "spec.packages.tuning", "both image and source"),
+    (nodewright({"packages": {"tuning": {"version": "1.0.0", "containerSHA": SHA}}}),
+     "spec.packages.tuning.containerSHA", "package has none"),
+    (with_package(containerSHA="sha256:ABC"), "spec.packages.tuning.containerSHA", "64 lowercase hex"),
+    (with_package(interrupt={"type": "restart"}), "spec.packages.tuning.interrupt.type", "unknown interrupt type"),
+    (with_package(interrupt={"type": "service"}), "spec.packages.tuning.interrupt.services", "needs services"),
+    (with_package(interrupt={"type": "reboot", "services": ["kubelet"]}), "spec.packages.tuning.interrupt.services",
+     "only used by interrupt type service"),
+    (with_package(interrupt={"type": "service", "services": ["bad unit"]}),
+     "spec.packages.tuning.interrupt.services[0]", "not valid"),
+    (with_package(interrupt={"type": "noop", "when": "now"}), "spec.packages.tuning.interrupt.when", "unknown field"),
+    (with_package(configMap={"sysctl.d/99.conf": "x"}), 'spec.packages.tuning.configMap["sysctl.d/99.conf"]', "no '/'"),
+    (with_package(configMap={"a.conf": 3}), 'spec.packages.tuning.configMap["a.conf"]', "must be a string"),
+    (with_package(configMap={"a.conf": "x"}, configInterrupts={"b.conf": {"type": "reboot"}}),
+     'spec.packages.tuning.configInterrupts["b.conf"]', "matches no key of configMap"),
+    (with_package(configMap={"a.conf": "x"}, configInterrupts={"*.properties": {"type": "reboot"}}),
+     'spec.packages.tuning.configInterrupts["*.properties"]', "matches no key"),
+    (with_package(configMap={"a.conf": "x"}, configInterrupts={"*.conf": {"type": "service"}}),
+     'spec.packages.tuning.configInterrupts["*.conf"].services', "needs services"),
+    (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": "1.0.0"}}}}),
+     "spec.packages.tuning.dependsOn.other", "does not define"),
+    (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": "1.0.0"}},
+                              "other": {"version": "2.0.0"}}}),
+     "spec.packages.tuning.dependsOn.other", "the resource has other 2.0.0"),
+    (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"tuning": "1.0.0"}}}}),
+     "spec.packages.tuning.dependsOn.tuning", "depends on itself"),
+    (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": ""}},
+                              "other": {"version": "1.0.0"}}}),
+     "spec.packages.tuning.dependsOn.other", "non-empty"),
+    (nodewright({"packages": {"aa": {"version": "1.0.0", "dependsOn": {"bb": "1.0.0"}},
+                              "bb": {"version": "1.0.0", "dependsOn": {"cc": "1.0.0"}},
+                              "cc": {"version": "1.0.0", "dependsOn": {"aa": "1.0.0"}}}}),
+     "spec.packages.cc.dependsOn", "cycle: aa -> bb -> cc -> aa"),
+    (with_package(env={"A": "1"}), "spec.packages.tuning.env", "must be a list"),
+    (with_package(env=[{"name": "1A", "value": "x"}]), "spec.packages.tuning.env[0].name", "not valid"),
+    (with_package(env=[{"name": "A", "value": 1}]), "spec.packages.tuning.env[0].value", "must be a string"),
+    (with_package(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
+     "spec.packages.tuning.env[1].name", "set twice"),
+    (with_package(env=[{"name": "A", "value": "1", "valueFrom": {}}]), "spec.packages.tuning.env[0]",
+     "both value and valueFrom"),
+    (with_package(env=[{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+     "spec.packages.tuning.env[0].valueFrom.fieldRef", "unknown field"),
+    (with_package(env=[{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s"}}}]),
+     "spec.packages.tuning.env[0].valueFrom.secretKeyRef.key", "non-empty"),
+    (with_package(resources={"cpuRequest": "100m"}), "spec.packages.tuning.resources", "unknown field"),
+])
+def test_nodewright_errors_name_the_field(obj, field, message):
+    with pytest.raises(ValidationError) as err:
+        validate_nodewright(obj)
+    assert err.value.field == field
+    assert message in str(err.value)
+
+
+def test_a_skyhook_object_is_pointed_at_the_converter():
+    obj = dict(nodewright(), apiVersion="skyhook.nvidia.com/v1alpha1", kind="Skyhook")
+    with pytest.raises(ValidationError) as err:
+        validate_nodewright(obj)
+    assert "skyhook_convert" in err.value.hint
+
+
+@pytest.mark.parametrize("version", ["0.0.1", "1.2.3", "10.20.30", "1.0.0-alpha", "1.0.0-rc.1+build.7",
+                                     "2024.11.0-1", "1.0.0+sha.5114f85"])
+def test_semver_accepted(version):
+    validate_nodewright(with_package(version=version))
+
+
+@pytest.mark.parametrize("image", ["alpine", "ghcr.io/org/pkg", "localhost:5000/org/pkg",
+                                   "nvcr.io/nvidia/cloud-native/skyhook-packages/tuning", "registry.example.com/a_b/c-d"])
+def test_bare_images_accepted(image):
+    validate_nodewright(with_package(image=image))
+
+
+def policy_resource(spec, name="gpu-rollout"):
+    return {"apiVersion": "nodewright.io/v1alpha1", "kind": "DeploymentPolicy", "metadata": {"name": name},
+            "spec": spec}
+
+
+def test_deployment_policy_is_normalised():
+    result = validate_deployment_policy(policy_resource({"default": {"budget": {"percent": 25}}}))
+    assert result["spec"] == {"default": {"budget": {"percent": 25}}, "compartments": [],
+                              "resetBatchStateOnCompletion": True}
+
+
+@pytest.mark.parametrize("obj,field", [
+    (policy_resource({"default": {"budget": {"count": 1}}}, name="Bad"), "metadata.name"),
+    (dict(policy_resource({}), kind="NodeWright"), "apiVersion"),
+    (policy_resource(None), "spec"),
+    (policy_resource({"default": {"budget": {"count": 0}}}), "spec.default.budget.count"),
+])
+def test_deployment_policy_errors(obj, field):
+    with pytest.raises(ValidationError) as err:
+        validate_deployment_policy(obj)
+    assert err.value.field == field

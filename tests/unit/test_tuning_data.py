@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The shipped tuning profiles, the filter plugin and its docs, the role's constants,
+the read-back script and the tuning docs stay consistent with each other."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import textwrap
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.nodewright.fleet.plugins.filter import tuning as tuning_filter
+from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
+
+pytestmark = pytest.mark.unit
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLE = os.path.join(REPO, "roles", "nvidia_tuning")
+PROFILES = tuning_filter.load_profiles()
+
+
+def _all_settings():
+    for name, layer in PROFILES.items():
+        for setting in t._layer_settings(name, layer):
+            yield name, setting
+
+
+def test_every_shipped_setting_says_why():
+    missing = ["%s %s" % (name, s["id"]) for name, s in _all_settings() if len(s["why"]) < 20]
+    assert missing == []
+
+
+def test_every_layer_has_a_description_and_known_kind():
+    for name, layer in PROFILES.items():
+        assert t._kind_of(name) in ("base", "platform", "accelerator", "intent", "os", "cloud", "option"), name
+        assert layer.get("description"), name
+        for parent in layer.get("inherits") or []:
+            assert parent in PROFILES, (name, parent)
+
+
+def test_accelerator_profiles_match_the_detection_table():
+    assert sorted(t.catalog(PROFILES)["accelerator"]) == sorted(t.ACCELERATOR_NAMES)
+    for accel in t.ACCELERATORS:
+        meta = PROFILES["accelerators/" + accel["name"]]["meta"]
+        assert (meta["family"], meta["arch"], meta["form_factor"], meta["compute_capability"]) == (
+            accel["family"], accel["arch"], accel["form_factor"], accel["compute"]), accel["name"]
+
+
+def test_option_layers_cover_the_option_specs():
+    activated = {k for name, layer in PROFILES.items() if t._kind_of(name) == "option"
+                 for k in layer["activate"]}
+    assert activated == set(t.OPTION_SPECS)
+
+
+def test_role_constants_match_module_utils():
+    with open(os.path.join(ROLE, "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
+    assert role_vars["nvidia_tuning__state_file"] == t.STATE_FILE
+    assert role_vars["nvidia_tuning__grub_file"] == t.GRUB_FILE
+    assert role_vars["nvidia_tuning__dropin_name"] == t.FILE_PREFIX + ".conf"
+    assert role_vars["nvidia_tuning__noop"] == t.NOOP
+    templates = set(os.listdir(os.path.join(ROLE, "templates")))
+    for accelerator in t.ACCELERATOR_NAMES:
+        for spec in t.resolve_profile(accelerator, "multiNodeInference", "ubuntu-24.04", cloud="eks",
+                                      profiles=PROFILES)["files"]:
+            assert spec["template"] in templates
+
+
+def test_argument_specs_list_every_intent_and_option():
+    with open(os.path.join(ROLE, "meta", "argument_specs.yml")) as handle:
+        specs = yaml.safe_load(handle)["argument_specs"]
+    main = specs["main"]["options"]
+    assert main["nvidia_tuning_intent"]["choices"] == sorted(t.catalog(PROFILES)["intent"], key=[
+        "performance", "inference", "multiNodeTraining", "multiNodeInference"].index)
+    for option in t.OPTION_SPECS:
+        assert option in " ".join(main["nvidia_tuning_options"]["description"])
+    with open(os.path.join(ROLE, "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)
+    for name in defaults:
+        assert name in main or name in specs["check"]["options"], name
+
+
+def test_docs_cover_every_setting_and_correction():
+    with open(os.path.join(REPO, "docs", "nvidia-tuning.md")) as handle:
+        docs = handle.read()
+    for _, setting in _all_settings():
+        key = setting["key"].split("/")[-1] if setting["mechanism"] in ("modprobe", "dropin") else setting["key"]
+        shown = setting["value"] if setting["mechanism"] == "cmdline" else key
+        assert shown in docs, setting["id"]
+    for key in t.KNOWN_NON_SYSCTLS:
+        assert key in docs
+    for accelerator in t.ACCELERATOR_NAMES:
+        assert accelerator.upper() in docs
+
+
+# ------------------------------------------------------------------ filter plugin
+
+FILTERS = tuning_filter.FilterModule().filters()
+
+
+@pytest.mark.parametrize("name", sorted(FILTERS))
+def test_every_filter_is_documented(name):
+    path = os.path.join(REPO, "plugins", "filter", name + ".yml")
+    with open(path) as handle:
+        doc = yaml.safe_load(handle)
+    assert set(doc) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+    assert doc["DOCUMENTATION"]["name"] == name
+    assert doc["DOCUMENTATION"]["short_description"]
+    assert "_input" in doc["DOCUMENTATION"]["options"]
+    assert "nodewright.fleet." + name in doc["EXAMPLES"]
+    assert "_value" in doc["RETURN"]
+
+
+def test_filters_turn_validation_errors_into_filter_errors():
+    with pytest.raises(AnsibleFilterError, match="unknown accelerator 'a100'"):
+        FILTERS["tuning_profile"]("a100", "performance", "ubuntu-24.04")
+    with pytest.raises(AnsibleFilterError, match="supported"):
+        FILTERS["tuning_detect_accelerator"]({"nvidia.com/gpu.product": "Tesla-T4"})
+
+
+def test_filters_end_to_end():
+    profile = FILTERS["tuning_profile"]("h100", "inference", "ubuntu-22.04", options={"acs_override": True})
+    assert profile["settings"]["cmdline:acs_redirect"]["layer"] == "options/acs-override"
+    diff = FILTERS["tuning_diff"]({}, profile)
+    assert FILTERS["tuning_merge_interrupts"]([diff["interrupt"], t.NOOP])["type"] == "reboot"
+    state = FILTERS["tuning_state"](profile, diff["interrupt"])
+    assert FILTERS["tuning_uninstall_paths"](state)[:len(state["files"])] == state["files"]
+    assert t.STATE_FILE in FILTERS["tuning_uninstall_paths"]({})
+    assert FILTERS["tuning_detect_cloud"]({}) == ""
+    assert FILTERS["tuning_os_from_os_release"]("ID=debian\nVERSION_ID=12\n") == "debian-12"
+    assert FILTERS["tuning_detect_accelerator_smi"]("NVIDIA B200, 10.0")["accelerator"] == "b200"
+    assert FILTERS["tuning_check"](profile, {}, "live")["ok"] is False
+
+
+def test_load_profiles_reports_bad_files(tmp_path):
+    (tmp_path / "base.yml").write_text("- not\n- a mapping\n")
+    with pytest.raises(AnsibleFilterError, match="is not a mapping"):
+        tuning_filter.load_profiles(str(tmp_path))
+    with pytest.raises(AnsibleFilterError, match="does not exist"):
+        tuning_filter.load_profiles(str(tmp_path / "missing"))
+
+
+def test_site_layers_can_extend_the_shipped_ones(tmp_path):
+    site = tmp_path / "profiles"
+    subprocess.run(["cp", "-r", tuning_filter.DEFAULT_PROFILES_DIR, str(site)], check=True)
+    (site / "intents" / "batchEtl.yml").write_text(textwrap.dedent("""\
+        description: Site intent for data preparation jobs.
+        inherits: [intents/performance]
+        settings:
+          sysctl:
+            vm.dirty_ratio: {value: 40, why: Buffer large sequential writes before flushing.}
+        """))
+    profile = FILTERS["tuning_profile"]("h100", "batchEtl", "ubuntu-24.04", profiles_dir=str(site))
+    assert profile["settings"]["sysctl:vm.dirty_ratio"]["layer"] == "intents/batchEtl"
+
+
+# ------------------------------------------------------------------ the read-back script
+
+def _stub(bin_dir, name, body):
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_observe_script_prints_one_line_per_probe(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir, "sysctl", textwrap.dedent("""\
+        case "$2" in
+          net.ipv4.tcp_rmem) printf '4096\\t87380\\t268435456\\n' ;;
+          vm.swappiness) echo 1 ;;
+          *) echo "sysctl: cannot stat /proc/sys/$2: No such file or directory" >&2; exit 255 ;;
+        esac
+        """))
+    _stub(bin_dir, "systemctl", textwrap.dedent("""\
+        case "$1" in
+          show) echo infinity ;;
+          is-active) echo inactive; exit 3 ;;
+        esac
+        """))
+    _stub(bin_dir, "nvidia-smi", "printf 'Enabled\\nEnabled\\n'\n")
+    with open(os.path.join(ROLE, "files", "observe.sh")) as handle:
+        script = handle.read()
+    probes = ["sysctl:net.ipv4.tcp_rmem", "sysctl:vm.swappiness", "sysctl:kernel.sched_latency_ns",
+              "module:definitely_not_a_module", "dropin:containerd.service/LimitMEMLOCK",
+              "gpu:persistence", "gpu:fabricmanager", "proc:cmdline", "governor:cpu",
+              "modprobe:not_a_module/opt", "bogus:x"]
+    env = dict(os.environ, PATH="%s:/usr/bin:/bin" % bin_dir)
+    out = subprocess.run(["/bin/sh", "-c", script, "nodewright-observe"] + probes, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    observed = t.parse_observations(out)
+    assert list(observed) == probes
+    assert observed["sysctl:net.ipv4.tcp_rmem"] == "4096 87380 268435456"
+    assert observed["sysctl:vm.swappiness"] == "1"
+    assert observed["sysctl:kernel.sched_latency_ns"] == t.MISSING
+    assert observed["module:definitely_not_a_module"] == "absent"
+    assert observed["dropin:containerd.service/LimitMEMLOCK"] == "infinity"
+    assert observed["gpu:persistence"] == "Enabled"
+    assert observed["gpu:fabricmanager"] == "inactive"
+    assert observed["proc:cmdline"]
+    assert observed["governor:cpu"]  # a governor list or <unavailable>, never empty
+    assert observed["modprobe:not_a_module/opt"] == "<module not loaded>"
+    assert observed["bogus:x"] == "<unknown probe>"
