@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the simulator's control-plane binaries from the Go module proxy and caches
-# them outside the work tree. A binary is rebuilt only when it is missing or its
+# Builds the simulator's control-plane binaries (and helm, which the chart tests use)
+# from the Go module proxy and caches them outside the work tree. A binary is rebuilt only when it is missing or its
 # version changed (the version is part of the cached file name).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,6 +11,10 @@ mkdir -p "$bin"
 k8s_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/go/kubernetes/go.mod")
 etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3" {print $2}' "$here/go/etcd/go.mod")
 kwok_version=$(awk '$1=="sigs.k8s.io/kwok" {print $2}' "$here/go/kwok/go.mod")
+helm_version=$(awk '$1=="helm.sh/helm/v3" {print $2}' "$here/go/helm/go.mod")
+# helm's default Capabilities.KubeVersion and lint deprecation checks follow the
+# client-go it is built with, as in its release builds.
+helm_kube_minor=$(awk '$1=="k8s.io/client-go" {print $2}' "$here/go/helm/go.mod" | cut -d. -f2)
 minor=$(echo "$k8s_version" | cut -d. -f2)
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -43,4 +47,11 @@ build kwok "$kwok_version" kwok sigs.k8s.io/kwok/cmd/kwok \
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   build "$c" "$k8s_version" kubernetes "k8s.io/kubernetes/cmd/$c" "$stamp"
 done
+build helm "$helm_version" helm helm.sh/helm/v3/cmd/helm \
+  "-X helm.sh/helm/v3/internal/version.version=$helm_version \
+-X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
+-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$helm_kube_minor \
+-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$helm_kube_minor"
 echo "$bin"

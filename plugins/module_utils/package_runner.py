@@ -594,24 +594,23 @@ class PackageRunner(object):
             self._check_interrupt_happened(entry, packages.get(name) or {})
         try:
             if action == ACTION_UNINSTALL:
-                self._uninstall(entry["from_version"], name, package, mark, context)
+                self._uninstall(entry["from_version"], name, package, config, mark, context)
                 result["stages"].append("uninstall")
                 packages.pop(name, None)
                 self._record_history(name, None, {"action": action, "version": entry["from_version"],
                                                   "result": "ok"})
                 return result
             if action == ACTION_POST_INTERRUPT:
-                return self._post_interrupt(entry, packages.get(name) or {}, run, mark, result)
+                return self._post_interrupt(entry, run, mark, result)
             if action in (ACTION_DOWNGRADE, ACTION_REINSTALL):
-                if self._uninstall(entry["from_version"], name, None, mark, context,
+                if self._uninstall(entry["from_version"], name, None, None, mark, context,
                                    required=action == ACTION_DOWNGRADE):
                     result["stages"].append("uninstall")
             if package is None:
                 raise StepFailed("package %s %s: no package source was given for %s" % (name, entry["version"],
                                                                                          action))
             installed = self.install(package, config)
-            stages = [s for s in entry["stages"] if not (s == "uninstall" and action in (ACTION_DOWNGRADE,
-                                                                                        ACTION_REINSTALL))]
+            stages = [s for s in entry["stages"] if s != "uninstall"]  # done above
             if "apply" in stages or "upgrade" in stages:
                 result["files"] = self.lay_files(installed)
             for stage in stages:
@@ -629,27 +628,21 @@ class PackageRunner(object):
                 "action": action, "version": installed.version, "fromVersion": entry.get("from_version"),
                 "stages": result["stages"], "result": "ok", "interrupt": result["interrupt"]["type"]})
             return result
-        except OSError as exc:
-            failure = StepFailed("package %s: %s failed on host root %s: %s" % (name, action, self.root.path, exc),
-                                 hint="fix the host (space, permissions), then run again")
+        except (OSError, StepFailed) as exc:
+            failure = exc if isinstance(exc, StepFailed) else StepFailed(
+                "package %s: %s failed on host root %s: %s" % (name, action, self.root.path, exc),
+                hint="fix the host (space, permissions), then run again")
             mark(current["stage"] or action, STATE_ERRORING)
             self._record_history(name, current["version"], {
                 "action": action, "version": current["version"], "stage": current["stage"], "result": "failed",
-                "error": str(exc)})
-            failure.results = list(result["steps"])
+                "error": failure.message.splitlines()[0], "log": failure.log})
+            failure.results = failure.results or list(result["steps"])
             raise failure
-        except StepFailed as exc:
-            mark(current["stage"] or action, STATE_ERRORING)
-            self._record_history(name, current["version"], {
-                "action": action, "version": current["version"], "stage": current["stage"], "result": "failed",
-                "error": exc.message.splitlines()[0], "log": exc.log})
-            exc.results = exc.results or list(result["steps"])
-            raise
 
-    def _uninstall(self, version, name, package, mark, context, required=True):
+    def _uninstall(self, version, name, package, config, mark, context, required=True):
         stored = self.stored_package(name, version)
         if stored is None and package is not None and package.version == version:
-            stored = self.install(package, None)
+            stored = self.install(package, config)
         if stored is None:
             if not required:
                 return False
@@ -660,7 +653,7 @@ class PackageRunner(object):
         mark("uninstall", STATE_IN_PROGRESS, version=version, from_version=None)
         self._prepare_dirs(stored)
         # The uninstall runs with the config the package was installed with.
-        context = dict(context, env=context.get("env") or {}, changed_keys=[])
+        context = dict(context, changed_keys=[])
         steps = context["results"]
         steps.extend(self.run_stage(stored, "uninstall", context))
         self.remove_files(name)
@@ -679,15 +672,14 @@ class PackageRunner(object):
                              "(boot id %s)" % (entry["name"], entry["version"], recorded["bootId"]),
                              hint="reboot the node (the safe sequence does), then run the post-interrupt phase")
 
-    def _post_interrupt(self, entry, recorded, run, mark, result):
+    def _post_interrupt(self, entry, run, mark, result):
         name, version = entry["name"], entry["version"]
         stored = self.stored_package(name, version)
         if stored is None:
             raise StepFailed("package %s %s: its copy is not on the host, so post-interrupt cannot run"
                              % (name, version), hint="apply the package again")
         run(stored, "post-interrupt")
-        mark("post-interrupt", STATE_COMPLETE, interrupt=None, boot_id=None, from_version=None,
-             config_hashes=recorded.get("configHashes"), version=version)
+        mark("post-interrupt", STATE_COMPLETE, interrupt=None, boot_id=None, from_version=None, version=version)
         result["interrupt"] = {"type": "noop", "services": []}
         self._record_history(name, version, {"action": entry["action"], "version": version,
                                              "stages": result["stages"], "result": "ok"})

@@ -6,6 +6,7 @@ flags, history, files, upgrades and downgrades, interrupts, Skyhook packages."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -433,3 +434,14 @@ def test_skyhook_package_name_must_suit_the_node(root, tmp_path):
     result = run_packages([{"src": src, "name": "nvidia-tuned", "config": {"sysctl.conf": ""}}], host_root=root,
                           check_mode=True)
     assert result["plan"]["packages"][0]["name"] == "nvidia-tuned"
+
+
+def test_one_package_run_at_a_time_per_host(root, tmp_path):
+
+    os.makedirs(os.path.join(root, "var/lib/nodewright"), exist_ok=True)
+    with open(os.path.join(root, "var/lib/nodewright/lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(StepFailed) as caught:
+            run(root, demo(tmp_path))
+        assert "another NodeWright package run holds" in str(caught.value)
+    assert run(root, demo(tmp_path))["changed"]

@@ -128,6 +128,10 @@ class ActionModule(ActionBase):
 
     def _specs(self, args):
         if args.get("packages") is not None:
+            both = [k for k in ("name", "src") if args.get(k) is not None]
+            if both:
+                raise AnsibleError("packages and %s are mutually exclusive: list every package in packages"
+                                   % " and ".join(both))
             if not isinstance(args["packages"], list):
                 raise AnsibleError("packages must be a list of package mappings")
             return [dict(s) for s in args["packages"]], True

@@ -137,10 +137,8 @@ notes:
   - With O(cache) on, the second run within O(cache_timeout) reads the nodes from the cache and makes no
     API call; C(ansible-inventory --flush-cache) refreshes it. A cache written with other selection
     options is not used.
-seealso:
-  - name: NodeWright inventory guide
-    description: Worked examples, host variables, AWX/AAP set-up.
-    link: https://github.com/nodewright/nodewright/blob/main/docs/inventory.md
+  - The host variable layout, worked examples and the AWX/AAP set-up are in C(docs/inventory.md) of the
+    collection.
 """
 
 EXAMPLES = r"""
@@ -180,6 +178,7 @@ import hashlib
 import json
 import os
 import re
+import time
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
@@ -231,12 +230,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             config = self._read_config_data(path)
             self._check_unknown_options(config)
             settings = self._settings()
+            started = time.time()
             nodes = self._nodes(path, settings, cache)
+            read = time.time()
             self._populate(nodes, settings)
-        except NodeWrightError as exc:
-            raise AnsibleParserError("%s inventory %s: %s" % (self.NAME, path, exc))
-        except AnsibleError as exc:
-            raise AnsibleParserError("%s inventory %s: %s" % (self.NAME, path, exc.message)) from exc
+            self.display.vv("%s: %d nodes read in %.2fs, inventory built in %.2fs"
+                            % (path, len(nodes), read - started, time.time() - read))
+        except (NodeWrightError, AnsibleError) as exc:
+            raise AnsibleParserError("%s inventory %s: %s" % (self.NAME, path, _one_line(exc))) from None
 
     # ----------------------------------------------------------------------------------
     # Options
@@ -465,6 +466,22 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self._add_host_to_composed_groups(groups, variables, name, strict, fetch_hostvars=False)
             if keyed_groups:
                 self._add_host_to_keyed_groups(keyed_groups, variables, name, strict, fetch_hostvars=False)
+
+
+def _one_line(exc):
+    """The message of an error and of its causes, each said once."""
+    text = str(exc)
+    if getattr(exc, "_help_text", None):
+        text = "%s %s" % (text, exc._help_text)
+    cause = exc.__cause__
+    while cause is not None:
+        more = str(cause)
+        if text.rstrip(". ") in more:
+            text = more
+        elif more and more not in text:
+            text = "%s: %s" % (text, more)
+        cause = cause.__cause__
+    return text
 
 
 def _field_selector(value):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
 
@@ -244,32 +245,66 @@ def _raw_get(api, path, query, timeout):
         resp.release_conn()
 
 
-def get_json(api, path, what, query=(), timeout=None):
-    """GET ``path`` (e.g. ``/api/v1/nodes``) and return the decoded JSON; ClusterError on failure."""
-    data = call(what, _raw_get, api, path, query, timeout)
+def _decode(data, what):
     try:
         return json.loads(data)
     except ValueError as exc:
         raise ClusterError("%s: the API server sent a response that is not JSON (%s)" % (what, exc))
 
 
+def get_json(api, path, what, query=(), timeout=None):
+    """GET ``path`` (e.g. ``/api/v1/nodes``) and return the decoded JSON; ClusterError on failure."""
+    return _decode(call(what, _raw_get, api, path, query, timeout), what)
+
+
+# The API server writes a list's metadata (and so its continue token) before its items.
+_CONTINUE_RE = re.compile(rb'^\{[^\[]{0,2048}?"continue":"([^"\\]*)"')
+
+
+def _expired(exc, what):
+    if exc.details.get("status") == 410:
+        return ClusterError("%s: the listing took longer than the API server keeps its continue token "
+                            "(410 Gone)" % what,
+                            hint="run it again; a larger page size makes fewer, longer requests", status=410)
+    return exc
+
+
 def list_pages(api, path, what, query=(), page_size=500, timeout=None):
-    """Yield the ``items`` of each page of a paginated LIST (``limit`` and ``continue``)."""
-    token = None
-    while True:
-        params = list(query) + [("limit", page_size)]
-        if token:
-            params.append(("continue", token))
-        try:
-            page = get_json(api, path, what, params, timeout)
-        except ClusterError as exc:
-            if token and exc.details.get("status") == 410:
-                raise ClusterError("%s: the listing took longer than the API server keeps its continue "
-                                   "token (410 Gone)" % what,
-                                   hint="run it again; a larger page size makes fewer, longer requests",
-                                   status=410)
-            raise
-        yield page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return
+    """Yield the ``items`` of each page of a paginated LIST (``limit`` and ``continue``).
+
+    While the caller works on one page the next one is already being fetched (its
+    continue token is read from the head of the raw page), so the API server's time
+    and the caller's overlap.
+    """
+    base = list(query) + [("limit", page_size)]
+    pool = None
+
+    def fetch(token):
+        return call(what, _raw_get, api, path, base + ([("continue", token)] if token else []), timeout)
+
+    try:
+        raw = fetch(None)
+        while True:
+            match = _CONTINUE_RE.match(raw)
+            pending = None
+            if match and match.group(1):
+                if pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+                    pool = ThreadPoolExecutor(max_workers=1)
+                pending = pool.submit(fetch, match.group(1).decode("ascii"))
+            page = _decode(raw, what)
+            raw = None
+            yield page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            page = None
+            if pending is not None and token == match.group(1).decode("ascii"):
+                raw = pending.result()
+            else:
+                raw = fetch(token)
+    except ClusterError as exc:
+        raise _expired(exc, what)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)

@@ -48,10 +48,8 @@ SIM_HOST_ROOT_ANNOTATION = "sim.nodewright.io/host-root"
 
 DEFAULT_ADDRESS_PREFERENCE = ("InternalIP", "ExternalIP", "Hostname")
 DEFAULT_ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
-DEFAULT_REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
 DEFAULT_POOL_LABELS = ("nodepool", "karpenter.sh/nodepool", "eks.amazonaws.com/nodegroup",
                        "cloud.google.com/gke-nodepool", "kubernetes.azure.com/agentpool", "agentpool")
-INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 
 # Default groups, each can be switched off by name (option default_groups).
@@ -119,8 +117,8 @@ def gpu_facts(labels, capacity=None, allocatable=None, arch=None):
     arch = normalize_arch(labels.get(LABEL_ARCH) or arch)
     if not present:
         return {"present": False, "count": 0, "allocatable": 0, "product": None, "model": None,
-                "family": None, "grace": False, "arch": arch, "compute_capability": None,
-                "memory_mib": None, "clique": None}
+                "family": None, "grace": False, "compute_capability": None, "memory_mib": None,
+                "clique": None}
     accel = _accelerator(labels)
     major, minor = labels.get(LABEL_MAJOR), labels.get(LABEL_MINOR)
     compute = None
@@ -138,7 +136,6 @@ def gpu_facts(labels, capacity=None, allocatable=None, arch=None):
         "model": accel["accelerator"] if accel else None,
         "family": family.lower() if family else None,
         "grace": arch == "arm64",
-        "arch": arch,
         "compute_capability": compute,
         "memory_mib": _int(labels.get(LABEL_GPU_MEMORY)),
         "clique": labels.get(LABEL_GPU_CLIQUE),
@@ -231,8 +228,6 @@ def node_facts(node, zone_labels=DEFAULT_ZONE_LABELS, pool_labels=DEFAULT_POOL_L
     arch = info.get("architecture")
     return {
         "name": meta.get("name"),
-        "uid": meta.get("uid"),
-        "creation_timestamp": meta.get("creationTimestamp"),
         "labels": labels,
         "annotations": annotations,
         "taints": taints,
@@ -243,7 +238,6 @@ def node_facts(node, zone_labels=DEFAULT_ZONE_LABELS, pool_labels=DEFAULT_POOL_L
         "node_info": {
             "kernel_version": info.get("kernelVersion"),
             "os_image": info.get("osImage"),
-            "operating_system": info.get("operatingSystem"),
             "architecture": arch,
             "kubelet_version": info.get("kubeletVersion"),
             "container_runtime_version": info.get("containerRuntimeVersion"),
@@ -254,9 +248,7 @@ def node_facts(node, zone_labels=DEFAULT_ZONE_LABELS, pool_labels=DEFAULT_POOL_L
         "addresses": addresses,
         "provider_id": spec.get("providerID"),
         "zone": _first_label(labels, zone_labels),
-        "region": _first_label(labels, DEFAULT_REGION_LABELS),
         "pool": _first_label(labels, pool_labels),
-        "instance_type": _first_label(labels, INSTANCE_TYPE_LABELS),
         "gpu": gpu_facts(labels, capacity, allocatable, arch),
         "nodewright": nodewright_state(labels, annotations),
         "ignored": labels.get(LABEL_IGNORE) == "true",

@@ -411,7 +411,7 @@ def parse_json_manifest(text, source=None):
 
 def _check_type(ctx, parts, value, types, what):
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
-        ctx.error(parts, "must be %s, got %s" % (what, _type_name(value)))
+        ctx.error(parts, "must be %s, got %s" % (what, _type_name(value)), "write it as %s" % what)
         return False
     return True
 
@@ -499,7 +499,8 @@ def _parse_step(ctx, parts, raw, stage, fmt):
     if not _check_type(ctx, where("path"), path, str, "a string"):
         return None
     if not path or os.path.isabs(path) or ".." in path.split("/"):
-        ctx.error(where("path"), "step path %r must be relative to %s/ and stay inside it" % (path, LAYOUT[fmt][0]))
+        ctx.error(where("path"), "step path %r must be relative to %s/ and stay inside it" % (path, LAYOUT[fmt][0]),
+                  "put the script under %s/ and give its path from there, e.g. apply.sh" % LAYOUT[fmt][0])
         return None
     name = get("name", path)
     if not isinstance(name, str) or not STEP_NAME_RE.match(name):
@@ -519,12 +520,13 @@ def _parse_step(ctx, parts, raw, stage, fmt):
     for flag, default in (("idempotent", False), ("upgrade_step", False), ("on_host", True)):
         value = get(flag, default)
         if not isinstance(value, bool):
-            ctx.error(where(flag), "must be true or false, got %s" % _type_name(value))
+            ctx.error(where(flag), "must be true or false, got %s" % _type_name(value), "write true or false")
             value = default
         flags[flag] = value
     timeout = get("timeout", DEFAULT_STEP_TIMEOUT)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
-        ctx.error(where("timeout"), "timeout must be a positive number of seconds")
+        ctx.error(where("timeout"), "timeout must be a positive number of seconds",
+                  "e.g. 600; leave it out for the default of %d" % DEFAULT_STEP_TIMEOUT)
         timeout = DEFAULT_STEP_TIMEOUT
     if flags["upgrade_step"]:
         if not stage.startswith("upgrade"):
@@ -583,7 +585,7 @@ def _from_native(data, root, source, lines):
     name = data.get("name") if isinstance(data, dict) else None
     ctx = _Context(name if isinstance(name, str) else None, source, lines)
     if not isinstance(data, dict):
-        ctx.error((), "the manifest must be a mapping")
+        ctx.error((), "the manifest must be a mapping", "start from a shipped package's package.json")
         ctx.raise_if_errors()
     for key in sorted(set(data) - set(NATIVE_FIELDS)):
         ctx.error((key,), "unknown field %r" % key, "allowed: %s" % ", ".join(NATIVE_FIELDS))
@@ -641,7 +643,7 @@ def _parse_depends_on(ctx, parts, value, own_name):
         if not NAME_RE.match(dep):
             ctx.error(parts + (dep,), "invalid package name %r" % dep, "names match %s" % NAME_RE.pattern)
         elif dep == own_name:
-            ctx.error(parts + (dep,), "a package cannot depend on itself")
+            ctx.error(parts + (dep,), "a package cannot depend on itself", "remove this dependsOn entry")
         elif not is_version(version):
             ctx.error(parts + (dep,), "dependency version %r is not a semantic version" % (version,),
                       "use MAJOR.MINOR.PATCH")
@@ -654,13 +656,14 @@ def _from_skyhook(data, root, source, lines):
     name = data.get("package_name") if isinstance(data, dict) else None
     ctx = _Context(name if isinstance(name, str) else None, source, lines)
     if not isinstance(data, dict):
-        ctx.error((), "config.json must be a mapping")
+        ctx.error((), "config.json must be a mapping", "see Skyhook's agent schema v1")
         ctx.raise_if_errors()
     if data.get("schema_version") != "v1":
         ctx.error(("schema_version",), "unsupported Skyhook schema_version %r" % (data.get("schema_version"),),
                   "NodeWright reads Skyhook agent schema v1")
     if not isinstance(name, str) or not SKYHOOK_NAME_RE.match(name):
-        ctx.error(("package_name",), "invalid or missing package_name %r" % (name,))
+        ctx.error(("package_name",), "invalid or missing package_name %r" % (name,),
+                  "letters, digits, '-', '_' and '.'")
     version = data.get("package_version")
     if not is_version(version):
         ctx.error(("package_version",), "package_version %r is not a semantic version" % (version,),

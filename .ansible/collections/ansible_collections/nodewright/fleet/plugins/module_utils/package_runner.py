@@ -30,8 +30,10 @@ Stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -587,24 +589,28 @@ class PackageRunner(object):
             if requested:
                 result["requested_interrupt"] = merge_interrupts([result["requested_interrupt"], requested])
 
+        if action == ACTION_POST_INTERRUPT:
+            # Not a failure of the package: the state stays "interrupt" until it happened.
+            self._check_interrupt_happened(entry, packages.get(name) or {})
         try:
             if action == ACTION_UNINSTALL:
-                self._uninstall(entry["from_version"], name, package, mark, context)
+                self._uninstall(entry["from_version"], name, package, config, mark, context)
+                result["stages"].append("uninstall")
                 packages.pop(name, None)
                 self._record_history(name, None, {"action": action, "version": entry["from_version"],
                                                   "result": "ok"})
                 return result
             if action == ACTION_POST_INTERRUPT:
-                return self._post_interrupt(entry, packages.get(name) or {}, run, mark, result)
+                return self._post_interrupt(entry, run, mark, result)
             if action in (ACTION_DOWNGRADE, ACTION_REINSTALL):
-                self._uninstall(entry["from_version"], name, None, mark, context,
-                                required=action == ACTION_DOWNGRADE)
+                if self._uninstall(entry["from_version"], name, None, None, mark, context,
+                                   required=action == ACTION_DOWNGRADE):
+                    result["stages"].append("uninstall")
             if package is None:
                 raise StepFailed("package %s %s: no package source was given for %s" % (name, entry["version"],
                                                                                          action))
             installed = self.install(package, config)
-            stages = [s for s in entry["stages"] if not (s == "uninstall" and action in (ACTION_DOWNGRADE,
-                                                                                        ACTION_REINSTALL))]
+            stages = [s for s in entry["stages"] if s != "uninstall"]  # done above
             if "apply" in stages or "upgrade" in stages:
                 result["files"] = self.lay_files(installed)
             for stage in stages:
@@ -622,30 +628,24 @@ class PackageRunner(object):
                 "action": action, "version": installed.version, "fromVersion": entry.get("from_version"),
                 "stages": result["stages"], "result": "ok", "interrupt": result["interrupt"]["type"]})
             return result
-        except OSError as exc:
-            failure = StepFailed("package %s: %s failed on host root %s: %s" % (name, action, self.root.path, exc),
-                                 hint="fix the host (space, permissions), then run again")
+        except (OSError, StepFailed) as exc:
+            failure = exc if isinstance(exc, StepFailed) else StepFailed(
+                "package %s: %s failed on host root %s: %s" % (name, action, self.root.path, exc),
+                hint="fix the host (space, permissions), then run again")
             mark(current["stage"] or action, STATE_ERRORING)
             self._record_history(name, current["version"], {
                 "action": action, "version": current["version"], "stage": current["stage"], "result": "failed",
-                "error": str(exc)})
-            failure.results = list(result["steps"])
+                "error": failure.message.splitlines()[0], "log": failure.log})
+            failure.results = failure.results or list(result["steps"])
             raise failure
-        except StepFailed as exc:
-            mark(current["stage"] or action, STATE_ERRORING)
-            self._record_history(name, current["version"], {
-                "action": action, "version": current["version"], "stage": current["stage"], "result": "failed",
-                "error": exc.message.splitlines()[0], "log": exc.log})
-            exc.results = exc.results or list(result["steps"])
-            raise
 
-    def _uninstall(self, version, name, package, mark, context, required=True):
+    def _uninstall(self, version, name, package, config, mark, context, required=True):
         stored = self.stored_package(name, version)
         if stored is None and package is not None and package.version == version:
-            stored = self.install(package, None)
+            stored = self.install(package, config)
         if stored is None:
             if not required:
-                return
+                return False
             raise StepFailed("package %s %s: its copy is not on the host (%s), so its uninstall cannot run"
                              % (name, version, self.root.outer(self.package_dir(name, version))),
                              hint="give the package's source (src) for version %s, or remove the package's "
@@ -653,7 +653,7 @@ class PackageRunner(object):
         mark("uninstall", STATE_IN_PROGRESS, version=version, from_version=None)
         self._prepare_dirs(stored)
         # The uninstall runs with the config the package was installed with.
-        context = dict(context, env=context.get("env") or {}, changed_keys=[])
+        context = dict(context, changed_keys=[])
         steps = context["results"]
         steps.extend(self.run_stage(stored, "uninstall", context))
         self.remove_files(name)
@@ -662,22 +662,24 @@ class PackageRunner(object):
         shutil.rmtree(self.root.outer(self.flag_dir(name)), ignore_errors=True)
         shutil.rmtree(self.root.outer(self.data_dir(name)), ignore_errors=True)
         mark("uninstall", STATE_COMPLETE, version=version, from_version=None, config_hashes=None, boot_id=None)
+        return True
 
-    def _post_interrupt(self, entry, recorded, run, mark, result):
-        name, version = entry["name"], entry["version"]
+    def _check_interrupt_happened(self, entry, recorded):
         interrupt = recorded.get("interrupt") or entry.get("interrupt") or {}
         if interrupt.get("type") == "reboot" and recorded.get("bootId") and \
                 recorded["bootId"] == self.root.boot_id():
             raise StepFailed("package %s %s: a reboot was asked for, but the node has not rebooted since "
-                             "(boot id %s)" % (name, version, recorded["bootId"]),
+                             "(boot id %s)" % (entry["name"], entry["version"], recorded["bootId"]),
                              hint="reboot the node (the safe sequence does), then run the post-interrupt phase")
+
+    def _post_interrupt(self, entry, run, mark, result):
+        name, version = entry["name"], entry["version"]
         stored = self.stored_package(name, version)
         if stored is None:
             raise StepFailed("package %s %s: its copy is not on the host, so post-interrupt cannot run"
                              % (name, version), hint="apply the package again")
         run(stored, "post-interrupt")
-        mark("post-interrupt", STATE_COMPLETE, interrupt=None, boot_id=None, from_version=None,
-             config_hashes=recorded.get("configHashes"), version=version)
+        mark("post-interrupt", STATE_COMPLETE, interrupt=None, boot_id=None, from_version=None, version=version)
         result["interrupt"] = {"type": "noop", "services": []}
         self._record_history(name, version, {"action": entry["action"], "version": version,
                                              "stages": result["stages"], "result": "ok"})
@@ -707,6 +709,27 @@ class PackageRunner(object):
         to the host after each package."""
         sources = sources or {}
         state = normalize_state(state) if state is not None else self.read_state()
+        with self._locked():
+            return self._run_plan(plan, sources, state)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """One package run at a time per host: two resources' runs would otherwise
+        interleave their steps."""
+        path = self.root.outer("%s/lock" % STORE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise StepFailed("another NodeWright package run holds %s on host root %s" % (path, self.root.path),
+                                 hint="wait for it to finish, then run again")
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _run_plan(self, plan, sources, state):
         results = []
         for entry in plan["packages"]:
             package, config, env = sources.get(entry["name"], (None, None, None))

@@ -134,10 +134,6 @@ notes:
   - A step that manages its own idempotence is marked C(idempotent) and always runs;
     any other finished step of C(apply), C(upgrade), C(uninstall) and C(post-interrupt)
     leaves a flag under C(/var/lib/nodewright/flags/) and is not repeated.
-seealso:
-  - name: NodeWright package format
-    description: docs/packages.md in the collection.
-    link: https://github.com/nodewright/nodewright/blob/main/docs/packages.md
 """
 
 EXAMPLES = r"""

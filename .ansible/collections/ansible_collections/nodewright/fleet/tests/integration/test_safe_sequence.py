@@ -111,7 +111,7 @@ def test_drain_with_pdb_succeeds_without_violating_it(sim, tmp_path):
 def test_non_interruptible_job_is_waited_for_then_drained(sim, tmp_path):
     ns = sim.namespace("train")
     (n1,) = sim.add_nodes("gb200", 1)
-    sim.fleet.create_training_job("run", run_for="6s", gpus=4, namespace=ns, node_name=n1)
+    sim.fleet.create_training_job("run", run_for="30s", gpus=4, namespace=ns, node_name=n1)
     wait_for(lambda: running_pods(sim, ns, "app=run"), what="training pod running")
     proc = sim.playbook(tmp_path, safe_update_play(
         safe_update_non_interruptible_selector="app.kubernetes.io/component=training",
@@ -209,7 +209,7 @@ def test_rerun_after_crash_finishes_on_nodewrights_own_cordon(sim, tmp_path):
 
 def test_reboot_interrupt_waits_for_new_boot_id_and_ready(sim, tmp_path):
     (n1,) = sim.add_nodes("b200", 1)
-    wait_for(lambda: any(c.type == "Ready" and c.status == "True" for c in node(sim, n1).status.conditions),
+    wait_for(lambda: any(c.type == "Ready" and c.status == "True" for c in node(sim, n1).status.conditions or []),
              what="Ready")
     before = node(sim, n1).status.node_info.boot_id
     proc = sim.playbook(tmp_path, safe_update_play(safe_update_interrupt={"type": "reboot"},

@@ -1,0 +1,534 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Strategy ``nodewright.fleet.rollout``: progressive waves decided by a DeploymentPolicy.
+
+One play, one batch: the strategy admits the play's hosts into the iteration wave by
+wave. The policy engine (``module_utils/policy.py``) picks each wave; the wave runs the
+play's whole task list (handlers included) under the ``linear`` strategy; failed and
+unreachable hosts are reported back to the engine, which picks the next wave or halts.
+
+The helpers above the strategy class are plain Python and are shared with
+``bin/nodewright-rollout``, which drives the same engine wave by wave through
+ansible-runner for those who prefer not to load a third-party strategy.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: rollout
+short_description: Roll a play out over nodes in waves decided by a NodeWright DeploymentPolicy
+version_added: "0.1.0"
+author:
+  - NodeWright maintainers
+description:
+  - Admits the play's hosts in waves chosen by NodeWright's DeploymentPolicy engine (compartments by label
+    selector, budget ceiling, fixed / linear / exponential batch growth, batchThreshold, failureThreshold,
+    safetyLimit, maintenance windows) while the play runs.
+  - Each wave runs the play's full task list on its hosts in parallel (up to C(forks)), exactly as the
+    C(linear) strategy runs one C(serial) batch, handlers included; C(ansible_play_batch) is the wave.
+  - At the end of a wave its failed and unreachable hosts count as failed nodes. When the policy halts a
+    compartment the play ends with a message naming the compartment and its consecutive failed batches;
+    nodes that were never admitted are untouched and absent from the recap.
+  - "The policy comes from play variables: C(nodewright_rollout_policy) (an inline DeploymentPolicy spec) or
+    C(nodewright_rollout_policy_name) (a cluster-scoped C(DeploymentPolicy) resource, read with NodeWright's
+    Kubernetes client)."
+  - "Node labels come from each host's C(k8s_node.labels) (the C(nodewright.fleet.k8s_nodes) inventory), else
+    its C(nodewright_node_labels) variable, else the Node of that name read from the Kubernetes API."
+  - Each admitted host gets the fact C(nodewright_rollout) with C(wave), C(compartment), C(wave_size) and
+    C(policy); the wave decisions go into the run report of the C(nodewright.fleet.report) callback and into
+    the custom stats (C(nodewright_rollout)) that ansible-runner reports as C(artifact_data).
+notes:
+  - The play must not set C(serial); the policy sizes the waves.
+  - ansible-core 2.19 prints a deprecation notice for every strategy plugin outside C(ansible.builtin); see
+    docs/rollout.md for what it means, how to silence it, and C(bin/nodewright-rollout), which runs the same
+    engine without this plugin.
+  - "Play variables: C(nodewright_rollout_policy) or C(nodewright_rollout_policy_name);
+    C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
+    one; false: end the play and say when it opens); C(nodewright_rollout_k8s_auth) (a mapping of the
+    C(nodewright.fleet.k8s_auth) options, for the policy and Node reads)."
+"""
+
+import datetime
+import time
+
+from ansible import constants as C
+from ansible.errors import AnsibleError
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible.template import Templar
+from ansible.utils.display import Display
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+    COMPLETE,
+    HALTED,
+    INCOMPLETE,
+    WAITING,
+    WAVE,
+    RolloutState,
+    compartment_statuses,
+    next_wave,
+    parse_policy,
+    record_wave_result,
+)
+
+display = Display()
+
+VAR_POLICY = "nodewright_rollout_policy"
+VAR_POLICY_NAME = "nodewright_rollout_policy_name"
+VAR_WAIT_FOR_WINDOW = "nodewright_rollout_wait_for_window"
+VAR_K8S_AUTH = "nodewright_rollout_k8s_auth"
+VAR_DRIVER = "nodewright_rollout_driver"   # set by bin/nodewright-rollout: it makes the waves itself
+VAR_NODE_LABELS = "nodewright_node_labels"
+VAR_INVENTORY_NODE = "k8s_node"
+FACT = "nodewright_rollout"
+CUSTOM_STAT = "nodewright_rollout"
+
+DRIVER_WAVE_RUNNER = "wave_runner"
+DEPLOYMENT_POLICY_PLURAL = "deploymentpolicies"
+# Above this many hosts without labels one LIST of all nodes is cheaper than a GET per node.
+_NODE_GET_LIMIT = 20
+# A wait for a maintenance window wakes up this often to notice an interrupt.
+_WAIT_SLICE = 30.0
+
+
+class RolloutSettings(object):
+    """The rollout's play variables, checked."""
+
+    def __init__(self, policy_spec=None, policy_name=None, wait_for_window=True, k8s_auth=None, driver=None):
+        self.policy_spec = policy_spec
+        self.policy_name = policy_name
+        self.wait_for_window = wait_for_window
+        self.k8s_auth = k8s_auth or {}
+        self.driver = driver
+
+
+def _truthy(value, name):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("yes", "true", "on", "1", "no", "false", "off", "0"):
+        return value.strip().lower() in ("yes", "true", "on", "1")
+    raise NodeWrightError("%s must be true or false, got %r" % (name, value))
+
+
+def read_settings(variables):
+    """RolloutSettings from (templated) play variables; NodeWrightError when they do not make sense."""
+    spec = variables.get(VAR_POLICY)
+    name = variables.get(VAR_POLICY_NAME)
+    driver = variables.get(VAR_DRIVER)
+    if spec is not None and name:
+        raise NodeWrightError("the play sets both %s and %s" % (VAR_POLICY, VAR_POLICY_NAME),
+                              hint="keep one: an inline DeploymentPolicy spec, or the name of a DeploymentPolicy "
+                                   "resource in the cluster")
+    if spec is None and not name and driver != DRIVER_WAVE_RUNNER:
+        raise NodeWrightError("the nodewright.fleet.rollout strategy needs a DeploymentPolicy",
+                              hint="set the play variable %s (an inline DeploymentPolicy spec) or %s (the name of a "
+                                   "DeploymentPolicy resource); see docs/rollout.md" % (VAR_POLICY, VAR_POLICY_NAME))
+    if name is not None and not isinstance(name, str):
+        raise NodeWrightError("%s must be the name of a DeploymentPolicy, got %r" % (VAR_POLICY_NAME, name))
+    auth = variables.get(VAR_K8S_AUTH) or {}
+    if not isinstance(auth, dict):
+        raise NodeWrightError("%s must be a mapping of Kubernetes connection options (kubeconfig, context, host, "
+                              "api_key, ...), got %s" % (VAR_K8S_AUTH, type(auth).__name__))
+    wait = variables.get(VAR_WAIT_FOR_WINDOW)
+    return RolloutSettings(policy_spec=spec, policy_name=name or None,
+                           wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
+                           k8s_auth=dict(auth), driver=driver)
+
+
+def check_serial(serial, play_name):
+    """The strategy makes its own waves; a ``serial`` play would give it a fresh engine per batch."""
+    if serial:
+        raise NodeWrightError(
+            "play %r sets serial: %s, but the nodewright.fleet.rollout strategy decides the waves itself from the "
+            "DeploymentPolicy" % (play_name, list(serial)),
+            hint="remove serial from the play; size the waves with the policy's budget and strategy "
+                 "(e.g. fixed: {initialBatch: N} with budget: {count: N})")
+
+
+def _api(auth):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_api_client
+    return get_api_client(auth)
+
+
+def fetch_deployment_policy(name, auth=None):
+    """The spec of the cluster-scoped DeploymentPolicy ``name``, parsed (ClusterError/ValidationError)."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
+    path = "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, DEPLOYMENT_POLICY_PLURAL, name)
+    obj = get_json(_api(auth), path, "read DeploymentPolicy %s" % name)
+    return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
+
+
+def load_policy(settings):
+    """(policy, source) for the settings; source is ``inline`` or ``DeploymentPolicy/<name>``."""
+    if settings.policy_name:
+        return fetch_deployment_policy(settings.policy_name, settings.k8s_auth), \
+            "DeploymentPolicy/%s" % settings.policy_name
+    return parse_policy(settings.policy_spec, VAR_POLICY), "inline"
+
+
+def node_from_vars(host, variables):
+    """The engine's view of one host (name, labels, creationTimestamp) from its variables, or None
+    when neither ``k8s_node.labels`` nor ``nodewright_node_labels`` is set."""
+    node = variables.get(VAR_INVENTORY_NODE)
+    labels = None
+    created = None
+    source = None
+    if isinstance(node, dict) and node.get("labels") is not None:
+        labels = node.get("labels")
+        created = node.get("creationTimestamp") or node.get("creation_timestamp")
+        source = "%s.labels" % VAR_INVENTORY_NODE
+    elif variables.get(VAR_NODE_LABELS) is not None:
+        labels = variables.get(VAR_NODE_LABELS)
+        source = VAR_NODE_LABELS
+    if labels is None:
+        return None
+    if not isinstance(labels, dict):
+        raise NodeWrightError("host %s: %s must be a mapping of label keys to values, got %s"
+                              % (host, source, type(labels).__name__))
+    return {"name": host, "labels": {str(k): str(v) for k, v in labels.items()},
+            "creationTimestamp": str(created) if created else None}
+
+
+def fetch_nodes(names, auth=None):
+    """name → node view for Nodes read from the API; names that are no Node are left out."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json, list_pages
+    api = _api(auth)
+    wanted = set(names)
+    found = {}
+
+    def keep(obj):
+        meta = obj.get("metadata") or {}
+        if meta.get("name") in wanted:
+            found[meta["name"]] = {"name": meta["name"], "labels": meta.get("labels") or {},
+                                   "creationTimestamp": meta.get("creationTimestamp")}
+
+    if len(wanted) > _NODE_GET_LIMIT:
+        for page in list_pages(api, "/api/v1/nodes", "list nodes"):
+            for obj in page:
+                keep(obj)
+        return found
+    for name in sorted(wanted):
+        try:
+            keep(get_json(api, "/api/v1/nodes/%s" % name, "read node %s" % name))
+        except ClusterError as exc:
+            if exc.details.get("status") != 404:
+                raise
+    return found
+
+
+def collect_nodes(host_names, variables_of, auth=None):
+    """Node views for ``host_names`` (in order), labels from host variables, else from the API.
+
+    ``variables_of(host)`` returns a host's (templated) variables as a mapping.
+    """
+    nodes = {}
+    missing = []
+    for host in host_names:
+        view = node_from_vars(host, variables_of(host))
+        if view is None:
+            missing.append(host)
+        else:
+            nodes[host] = view
+    if missing:
+        try:
+            fetched = fetch_nodes(missing, auth)
+        except NodeWrightError as exc:
+            raise NodeWrightError("%d host(s) have no node labels (%s) and reading their Nodes from the "
+                                  "Kubernetes API failed: %s" % (len(missing), _names(missing), exc),
+                                  hint="use the nodewright.fleet.k8s_nodes inventory, or set the host variable %s "
+                                       "(a mapping, {} for none)" % VAR_NODE_LABELS)
+        absent = [h for h in missing if h not in fetched]
+        if absent:
+            raise NodeWrightError("%d host(s) have no node labels and no Node of that name exists in the cluster: "
+                                  "%s" % (len(absent), _names(absent)),
+                                  hint="use the nodewright.fleet.k8s_nodes inventory, or set the host variable %s "
+                                       "(a mapping, {} for none)" % VAR_NODE_LABELS)
+        nodes.update(fetched)
+    return [nodes[h] for h in host_names]
+
+
+def _names(items, limit=5):
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _iso(moment):
+    return moment.isoformat(timespec="seconds") if moment is not None else None
+
+
+def wave_facts(wave, policy_source):
+    """host → the ``nodewright_rollout`` fact of a wave's hosts."""
+    facts = {}
+    for compartment, hosts in wave.compartments.items():
+        for host in hosts:
+            facts[host] = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
+                           "policy": policy_source}
+    return facts
+
+
+def seconds_until(moment, now):
+    """Seconds from ``now`` until ``moment`` (0 if it has passed)."""
+    return max(0.0, (moment - now).total_seconds())
+
+
+class RolloutRecord(object):
+    """What one rollout decided and what each wave did, for the run report.
+
+    ``to_dict()`` is the report's ``rollout`` entry; the strategy and the wave runner
+    write the same shape.
+    """
+
+    def __init__(self, play, policy, source, nodes, driver):
+        self.play = play
+        self.policy = policy
+        self.source = source
+        self.nodes = nodes
+        self.driver = driver
+        self.decisions = []
+        self.waves = []
+        self.assignment = {}
+        self.left_out = {}
+        self.status = None
+        self.reason = None
+        self.started = _now()
+        self.finished = None
+
+    def leave_out(self, hosts, why):
+        for host in hosts:
+            self.left_out[host] = why
+
+    def decision(self, decision, now=None):
+        entry = {"at": _iso(now or _now()), "status": decision.status, "reason": decision.reason,
+                 "notes": list(decision.notes)}
+        if decision.wave is not None:
+            entry["wave"] = decision.wave.number
+        if decision.halted:
+            entry["halted"] = dict(decision.halted)
+        if decision.next_window is not None:
+            entry["nextWindow"] = _iso(decision.next_window)
+        self.decisions.append(entry)
+        return entry
+
+    def wave_started(self, wave):
+        for host, fact in wave_facts(wave, self.source).items():
+            self.assignment[host] = {"wave": fact["wave"], "compartment": fact["compartment"]}
+        entry = {"number": wave.number, "nodes": list(wave.nodes),
+                 "compartments": {k: list(v) for k, v in wave.compartments.items()},
+                 "started": _iso(_now())}
+        self.waves.append(entry)
+        return entry
+
+    def wave_finished(self, succeeded, failed, outcome):
+        entry = self.waves[-1]
+        entry.update({"finished": _iso(_now()), "succeeded": sorted(succeeded), "failed": sorted(failed),
+                      "batches": outcome})
+        return entry
+
+    def finish(self, status, reason):
+        self.status = status
+        self.reason = reason
+        self.finished = _now()
+
+    def to_dict(self, state=None):
+        admitted = set(self.assignment)
+        out = {
+            "play": self.play, "driver": self.driver,
+            "policy": {"source": self.source, "spec": self.policy.to_dict()},
+            "status": self.status, "reason": self.reason,
+            "started": _iso(self.started), "finished": _iso(self.finished),
+            "nodes": len(self.nodes), "decisions": self.decisions, "waves": self.waves,
+            "assignment": self.assignment,
+            "untouched": [n["name"] for n in self.nodes if n["name"] not in admitted],
+            "leftOut": dict(self.left_out),
+        }
+        if state is not None:
+            out["compartments"] = compartment_statuses(state, self.nodes)
+            out["failed"] = sorted(state.failed)
+        return out
+
+
+def halt_message(decision, state, untouched):
+    """The words that end a halted rollout."""
+    text = "NodeWright rollout halted: %s" % decision.reason
+    if untouched:
+        text += ". %d node(s) were never admitted and are untouched: %s" % (len(untouched), _names(untouched))
+    return text
+
+
+class StrategyModule(LinearStrategyModule):
+    """The ``linear`` strategy, run once per wave over the hosts the policy admits."""
+
+    def __init__(self, tqm):
+        super(StrategyModule, self).__init__(tqm)
+        # None until the rollout starts; then the hosts of the current wave.
+        self._nw_admitted = None
+        # Where this play's record sits in the custom stat (one entry per rollout play).
+        self._nw_slot = None
+
+    def _set_hosts_cache(self, play, refresh=True):
+        super(StrategyModule, self)._set_hosts_cache(play, refresh)
+        # StrategyBase.run() advances every host of _hosts_cache once more when a wave
+        # ends; hosts of later waves must not be in it, or they skip their first task.
+        if self._nw_admitted is not None:
+            self._hosts_cache = [h for h in self._hosts_cache if h in self._nw_admitted]
+
+    # ------------------------------------------------------------------ inputs
+
+    def _play_variables(self, play):
+        variables = self._variable_manager.get_vars(play=play)
+        templar = Templar(loader=self._loader, variables=variables)
+        wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER)
+        return {name: templar.template(variables[name]) for name in wanted if name in variables}
+
+    def _host_variables(self, host_name):
+        hostvars = getattr(self._tqm, "hostvars", None)
+        if hostvars is None:
+            from ansible.vars.hostvars import HostVars
+            hostvars = HostVars(inventory=self._inventory, variable_manager=self._variable_manager,
+                                loader=self._loader)
+        return hostvars[host_name]
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, iterator, play_context):  # type: ignore[override]
+        play = iterator._play
+        try:
+            settings = read_settings(self._play_variables(play))
+            if settings.driver == DRIVER_WAVE_RUNNER:
+                # bin/nodewright-rollout already limited the run to one wave.
+                display.vv("nodewright.fleet.rollout: waves are driven by nodewright-rollout; running as linear")
+                return super(StrategyModule, self).run(iterator, play_context)
+            check_serial(play.serial, play.get_name())
+            policy, source = load_policy(settings)
+        except NodeWrightError as exc:
+            raise AnsibleError("nodewright.fleet.rollout: %s" % exc)
+
+        hosts = self._inventory.get_hosts(play.hosts, order=play.order)
+        by_name = {h.name: h for h in hosts}
+        # Hosts that failed or became unreachable in an earlier play are not this rollout's failures.
+        earlier = [h.name for h in hosts if iterator.is_failed(h) or h.name in self._tqm._unreachable_hosts]
+        names = [h.name for h in hosts if h.name not in set(earlier)]
+        try:
+            nodes = collect_nodes(names, self._host_variables, settings.k8s_auth)
+        except NodeWrightError as exc:
+            raise AnsibleError("nodewright.fleet.rollout: %s" % exc)
+
+        record = RolloutRecord(play.get_name(), policy, source, nodes, driver="strategy")
+        record.leave_out(earlier, "failed or unreachable earlier in the playbook")
+        rollout = RolloutState(policy)
+        self._publish(record, rollout)
+        display.banner("NODEWRIGHT ROLLOUT [%s] %d node(s), policy %s" % (play.get_name(), len(nodes), source))
+
+        # A wave starts from a fresh task list, exactly as a new serial batch would.
+        original_tasks = list(iterator.all_tasks)
+        result = int(self._tqm.RUN_OK)
+        try:
+            result = self._run_waves(iterator, play_context, settings, nodes, by_name, record, rollout,
+                                     original_tasks, source)
+        finally:
+            if record.status is None:
+                record.finish("interrupted", "the rollout stopped before the policy finished (interrupted or error)")
+            self._publish(record, rollout)
+        return result
+
+    def _run_waves(self, iterator, play_context, settings, nodes, by_name, record, rollout, original_tasks,
+                   source):
+        result = int(self._tqm.RUN_OK)
+        while True:
+            if self._tqm._terminated:
+                record.finish("interrupted", "the run was interrupted")
+                return result
+            decision = next_wave(rollout, nodes, now=_now())
+            record.decision(decision)
+            self._publish(record, rollout)
+
+            if decision.status == WAVE:
+                wave = decision.wave
+                record.wave_started(wave)
+                self._publish(record, rollout)
+                display.banner("NODEWRIGHT WAVE %d: %s" % (wave.number, ", ".join(
+                    "%s %d" % (name, len(hosts)) for name, hosts in wave.compartments.items())))
+                display.display(decision.reason, color=C.COLOR_VERBOSE)
+                for host, fact in wave_facts(wave, source).items():
+                    self._variable_manager.set_nonpersistent_facts(host, {FACT: fact})
+                self._nw_admitted = set(wave.nodes)
+                iterator.all_tasks[:] = original_tasks
+                iterator.cur_task = 0
+                result = super(StrategyModule, self).run(iterator, play_context)
+
+                failed = [name for name in wave.nodes
+                          if iterator.is_failed(by_name[name]) or name in self._tqm._unreachable_hosts]
+                succeeded = [name for name in wave.nodes if name not in set(failed)]
+                outcome = record_wave_result(rollout, succeeded=succeeded, failed=failed)
+                record.wave_finished(succeeded, failed, outcome)
+                self._publish(record, rollout)
+                display.display("NodeWright wave %d: %d succeeded, %d failed%s"
+                                % (wave.number, len(succeeded), len(failed),
+                                   (" (%s)" % _names(sorted(failed))) if failed else ""),
+                                color=C.COLOR_ERROR if failed else C.COLOR_OK)
+
+                if result & self._tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
+                    why = ("max_fail_percentage reached" if result & self._tqm.RUN_FAILED_BREAK_PLAY
+                           else "meta: end_play")
+                    record.finish("stopped", "the play ended the rollout after wave %d (%s)" % (wave.number, why))
+                    return result
+                if failed and iterator._play.any_errors_fatal:
+                    record.finish("stopped", "wave %d failed and the play sets any_errors_fatal" % wave.number)
+                    return result | self._tqm.RUN_FAILED_BREAK_PLAY
+                continue
+
+            if decision.status == WAITING and decision.next_window is not None and settings.wait_for_window:
+                self._wait_for(decision.next_window, decision.reason)
+                continue
+
+            if decision.status == WAITING:
+                record.finish(WAITING, decision.reason)
+                display.warning("NodeWright rollout: no wave started: %s" % decision.reason)
+                iterator.end_play = True
+                return result
+
+            if decision.status == HALTED:
+                untouched = [n["name"] for n in nodes if n["name"] not in record.assignment]
+                message = halt_message(decision, rollout, untouched)
+                record.finish(HALTED, message)
+                display.error(message, wrap_text=False)
+                return result | self._tqm.RUN_FAILED_BREAK_PLAY
+
+            # COMPLETE or INCOMPLETE: nothing more to do in this run.
+            record.finish(decision.status, decision.reason)
+            if decision.status == INCOMPLETE:
+                display.warning("NodeWright rollout: %s" % decision.reason)
+            elif decision.status == COMPLETE:
+                display.display("NodeWright rollout: %s" % decision.reason, color=C.COLOR_OK)
+            return result
+
+    def _wait_for(self, moment, reason):
+        display.display("NodeWright rollout: %s; waiting" % reason, color=C.COLOR_WARN)
+        while not self._tqm._terminated:
+            left = seconds_until(moment, _now())
+            if left <= 0:
+                return
+            time.sleep(min(left, _WAIT_SLICE))
+
+    def _publish(self, record, rollout):
+        """Keep the rollout's record in the play's custom stats, where the report callback and
+        ansible-runner (``artifact_data``) find it."""
+        stats = self._tqm._stats
+        entries = (getattr(stats, "custom", {}).get("_run") or {}).get(CUSTOM_STAT)
+        if not isinstance(entries, list):
+            entries = []
+        data = record.to_dict(rollout)
+        if self._nw_slot is None or self._nw_slot >= len(entries):
+            self._nw_slot = len(entries)
+            entries.append(data)
+        else:
+            entries[self._nw_slot] = data
+        stats.set_custom_stats(CUSTOM_STAT, entries)
