@@ -137,6 +137,8 @@ notes:
   - With O(cache) on, the second run within O(cache_timeout) reads the nodes from the cache and makes no
     API call; C(ansible-inventory --flush-cache) refreshes it. A cache written with other selection
     options is not used.
+  - The options O(host), O(api_key), O(context) and O(proxy) may be templates, for example
+    C({{ lookup('ansible.builtin.env', 'FLEET_TOKEN') }}).
   - The host variable layout, worked examples and the AWX/AAP set-up are in C(docs/inventory.md) of the
     collection.
 """
@@ -208,6 +210,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import 
 
 NODEWRIGHT_PLURAL = "nodewrights"
 CONNECTIONS = {"ssh": "ssh", "k8s": "nodewright.fleet.node", "local": "local"}
+_TEMPLATED_OPTIONS = ("host", "api_key", "context", "proxy")
 # Bump when the cached node facts change shape, so an old cache is not used.
 CACHE_FORMAT = 1
 
@@ -268,7 +271,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _settings(self):
         opt = self.get_option
-        auth = {key: self._template(opt(key)) for key in AUTH_OPTIONS}
+        # Paths are resolved by Ansible before a template could be rendered; strings may be templates.
+        auth = {key: self._template(opt(key)) if key in _TEMPLATED_OPTIONS else opt(key) for key in AUTH_OPTIONS}
         selector = to_selector(opt("label_selectors"), "label_selectors")
         fields = _field_selector(opt("field_selectors"))
         name = opt("nodewright")
@@ -418,6 +422,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if path is not None:
             value = resolve_simple_path(path, self._scopes(variables))
             if value is not _MISSING:
+                # as Jinja2 would have left it: keyed_groups' parent_group is templated next
+                self.templar.available_variables = (combine_vars(variables, self._vars) if self._use_extra_vars
+                                                    else variables)
                 return value
         return super()._compose(template, variables)
 

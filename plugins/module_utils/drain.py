@@ -28,7 +28,7 @@ except ImportError:
     ApiException = Exception
 
 EVICT = "evict"
-DELETE = "delete"      # terminal pods are cleaned up without an eviction
+DELETE = "delete"      # finished pods: removed (their eviction skips the PDB check)
 SKIP = "skip"
 REFUSE = "refuse"      # the drain cannot proceed without an operator's decision
 WAIT = "wait"          # already terminating: only wait for it to go
@@ -85,7 +85,7 @@ def _terminating(pod, opts):
 
 def _terminal(pod, opts):
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return DELETE, "pod has finished (%s); removed without eviction" % pod["status"]["phase"]
+        return DELETE, "pod has finished (%s); removed (no PDB applies)" % pod["status"]["phase"]
     return None
 
 
@@ -215,7 +215,9 @@ class Drainer(object):
         delay = 0.5
         while True:
             try:
-                if self.opts.disable_eviction or pod.get("delete"):
+                # Finished pods go through the Eviction API too: the API server skips the
+                # PDB check for them, and the drain needs no delete permission on pods.
+                if self.opts.disable_eviction:
                     self.core.delete_namespaced_pod(name, ns, body=self._delete_options() or None)
                 else:
                     eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -244,7 +246,8 @@ class Drainer(object):
                     return "error"
                 elif exc.status in (403, 401):
                     with self.lock:
-                        self.errors[pod["pod"]] = "eviction forbidden (%s): %s" % (exc.status, exc.reason)
+                        self.errors[pod["pod"]] = "%s forbidden (%s): grant create on pods/eviction" % (
+                            "deletion" if self.opts.disable_eviction else "eviction", exc.status)
                     return "error"
                 elif exc.status >= 500 or exc.status == 409:
                     pass  # transient: retry

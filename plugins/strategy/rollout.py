@@ -69,6 +69,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
     RolloutState,
     compartment_statuses,
     next_wave,
+    order_nodes,
     parse_policy,
     record_wave_result,
 )
@@ -337,8 +338,11 @@ class RolloutRecord(object):
         self.reason = reason
         self.finished = _now()
 
+    def untouched(self):
+        """Nodes never admitted into a wave, in batch order."""
+        return [name for name in order_nodes(self.nodes) if name not in self.assignment]
+
     def to_dict(self, state=None):
-        admitted = set(self.assignment)
         out = {
             "play": self.play, "driver": self.driver,
             "policy": {"source": self.source, "spec": self.policy.to_dict()},
@@ -346,7 +350,7 @@ class RolloutRecord(object):
             "started": _iso(self.started), "finished": _iso(self.finished),
             "nodes": len(self.nodes), "decisions": self.decisions, "waves": self.waves,
             "assignment": self.assignment,
-            "untouched": [n["name"] for n in self.nodes if n["name"] not in admitted],
+            "untouched": self.untouched(),
             "leftOut": dict(self.left_out),
         }
         if state is not None:
@@ -355,7 +359,7 @@ class RolloutRecord(object):
         return out
 
 
-def halt_message(decision, state, untouched):
+def halt_message(decision, untouched):
     """The words that end a halted rollout."""
     text = "NodeWright rollout halted: %s" % decision.reason
     if untouched:
@@ -368,17 +372,8 @@ class StrategyModule(LinearStrategyModule):
 
     def __init__(self, tqm):
         super(StrategyModule, self).__init__(tqm)
-        # None until the rollout starts; then the hosts of the current wave.
-        self._nw_admitted = None
         # Where this play's record sits in the custom stat (one entry per rollout play).
         self._nw_slot = None
-
-    def _set_hosts_cache(self, play, refresh=True):
-        super(StrategyModule, self)._set_hosts_cache(play, refresh)
-        # StrategyBase.run() advances every host of _hosts_cache once more when a wave
-        # ends; hosts of later waves must not be in it, or they skip their first task.
-        if self._nw_admitted is not None:
-            self._hosts_cache = [h for h in self._hosts_cache if h in self._nw_admitted]
 
     # ------------------------------------------------------------------ inputs
 
@@ -389,11 +384,12 @@ class StrategyModule(LinearStrategyModule):
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
+        """A host's variables, templated on access (what ``hostvars[host]`` gives a task)."""
         hostvars = getattr(self._tqm, "hostvars", None)
         if hostvars is None:
             from ansible.vars.hostvars import HostVars
-            hostvars = HostVars(inventory=self._inventory, variable_manager=self._variable_manager,
-                                loader=self._loader)
+            hostvars = self._tqm.hostvars = HostVars(inventory=self._inventory,
+                                                     variable_manager=self._variable_manager, loader=self._loader)
         return hostvars[host_name]
 
     # ------------------------------------------------------------------ run
@@ -414,15 +410,15 @@ class StrategyModule(LinearStrategyModule):
         hosts = self._inventory.get_hosts(play.hosts, order=play.order)
         by_name = {h.name: h for h in hosts}
         # Hosts that failed or became unreachable in an earlier play are not this rollout's failures.
-        earlier = [h.name for h in hosts if iterator.is_failed(h) or h.name in self._tqm._unreachable_hosts]
-        names = [h.name for h in hosts if h.name not in set(earlier)]
+        earlier = {h.name for h in hosts if iterator.is_failed(h) or h.name in self._tqm._unreachable_hosts}
+        names = [h.name for h in hosts if h.name not in earlier]
         try:
             nodes = collect_nodes(names, self._host_variables, settings.k8s_auth)
         except NodeWrightError as exc:
             raise AnsibleError("nodewright.fleet.rollout: %s" % exc)
 
         record = RolloutRecord(play.get_name(), policy, source, nodes, driver="strategy")
-        record.leave_out(earlier, "failed or unreachable earlier in the playbook")
+        record.leave_out(sorted(earlier), "failed or unreachable earlier in the playbook")
         rollout = RolloutState(policy)
         self._publish(record, rollout)
         display.banner("NODEWRIGHT ROLLOUT [%s] %d node(s), policy %s" % (play.get_name(), len(nodes), source))
@@ -434,6 +430,7 @@ class StrategyModule(LinearStrategyModule):
             result = self._run_waves(iterator, play_context, settings, nodes, by_name, record, rollout,
                                      original_tasks, source)
         finally:
+            self._inventory.restrict_to_hosts(hosts)
             if record.status is None:
                 record.finish("interrupted", "the rollout stopped before the policy finished (interrupted or error)")
             self._publish(record, rollout)
@@ -448,25 +445,27 @@ class StrategyModule(LinearStrategyModule):
                 return result
             decision = next_wave(rollout, nodes, now=_now())
             record.decision(decision)
-            self._publish(record, rollout)
 
             if decision.status == WAVE:
                 wave = decision.wave
                 record.wave_started(wave)
-                self._publish(record, rollout)
                 display.banner("NODEWRIGHT WAVE %d: %s" % (wave.number, ", ".join(
                     "%s %d" % (name, len(hosts)) for name, hosts in wave.compartments.items())))
                 display.display(decision.reason, color=C.COLOR_VERBOSE)
                 for host, fact in wave_facts(wave, source).items():
                     self._variable_manager.set_nonpersistent_facts(host, {FACT: fact})
-                self._nw_admitted = set(wave.nodes)
+                # The inventory holds only the wave while it runs, as it holds one serial batch
+                # under ansible-playbook: the strategy's host cache, ansible_play_batch and meta
+                # tasks such as end_batch then see the wave and nothing else. (Hosts of later waves
+                # left in the host cache would also skip their first task when a wave ends.)
+                self._inventory.restrict_to_hosts([by_name[name] for name in wave.nodes])
                 iterator.all_tasks[:] = original_tasks
                 iterator.cur_task = 0
                 result = super(StrategyModule, self).run(iterator, play_context)
 
-                failed = [name for name in wave.nodes
-                          if iterator.is_failed(by_name[name]) or name in self._tqm._unreachable_hosts]
-                succeeded = [name for name in wave.nodes if name not in set(failed)]
+                failed = {name for name in wave.nodes
+                          if iterator.is_failed(by_name[name]) or name in self._tqm._unreachable_hosts}
+                succeeded = [name for name in wave.nodes if name not in failed]
                 outcome = record_wave_result(rollout, succeeded=succeeded, failed=failed)
                 record.wave_finished(succeeded, failed, outcome)
                 self._publish(record, rollout)
@@ -496,8 +495,7 @@ class StrategyModule(LinearStrategyModule):
                 return result
 
             if decision.status == HALTED:
-                untouched = [n["name"] for n in nodes if n["name"] not in record.assignment]
-                message = halt_message(decision, rollout, untouched)
+                message = halt_message(decision, record.untouched())
                 record.finish(HALTED, message)
                 display.error(message, wrap_text=False)
                 return result | self._tqm.RUN_FAILED_BREAK_PLAY

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 GB200 = {
     "metadata": {
-        "name": "gb200-0001", "uid": "u-1",
+        "name": "gb200-0001", "uid": "u-1", "creationTimestamp": "2026-01-02T03:04:05Z",
         "labels": {
             "kubernetes.io/arch": "arm64", "kubernetes.io/hostname": "gb200-0001",
             "topology.kubernetes.io/zone": "zone-b", "nodepool": "gb200",
@@ -64,7 +64,7 @@ def node(**changes):
 
 def test_node_facts_layout():
     facts = nf.node_facts(GB200)
-    assert facts["name"] == "gb200-0001"
+    assert facts["name"] == "gb200-0001" and facts["creation_timestamp"] == "2026-01-02T03:04:05Z"
     assert facts["labels"]["nodepool"] == "gb200"
     assert facts["annotations"] == GB200["metadata"]["annotations"]
     assert facts["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]

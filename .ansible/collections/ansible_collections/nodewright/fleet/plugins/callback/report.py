@@ -14,6 +14,9 @@ description:
     the duration, and the NodeWright results that tasks return (drain, packages, interrupt).
   - With O(include_tasks) every task result is kept too, which tests and automation can read.
   - ansible-runner users find the file in the artifacts directory when O(path) points there.
+  - Plays run by the C(nodewright.fleet.rollout) strategy add C(rollout), one entry per play with the policy,
+    every wave decision, each wave's nodes and outcome, and the nodes left untouched; each admitted host gets
+    its C(wave) and C(compartment).
 requirements:
   - enable it with C(callbacks_enabled = nodewright.fleet.report)
 options:
@@ -116,7 +119,21 @@ class CallbackModule(CallbackBase):
             self.report["tasks"].append({"task": _task_name(result._task), "host": result._host.get_name(),
                                          "status": "skipped", "result": {}})
 
+    def _add_rollout(self, stats):
+        """The wave decisions of plays run by the nodewright.fleet.rollout strategy, which keeps
+        them in the custom stat ``nodewright_rollout`` (one entry per play)."""
+        rollouts = ((getattr(stats, "custom", None) or {}).get("_run") or {}).get("nodewright_rollout")
+        if not rollouts:
+            return
+        self.report["rollout"] = _plain(rollouts)
+        for entry in self.report["rollout"]:
+            for host, where in (entry.get("assignment") or {}).items():
+                if host in self.report["hosts"]:
+                    self.report["hosts"][host]["wave"] = where.get("wave")
+                    self.report["hosts"][host]["compartment"] = where.get("compartment")
+
     def v2_playbook_on_stats(self, stats):
+        self._add_rollout(stats)
         self.report["finished"] = time.time()
         self.report["duration"] = round(self.report["finished"] - self.report["started"], 2)
         for host, entry in self.report["hosts"].items():

@@ -137,6 +137,8 @@ notes:
   - With O(cache) on, the second run within O(cache_timeout) reads the nodes from the cache and makes no
     API call; C(ansible-inventory --flush-cache) refreshes it. A cache written with other selection
     options is not used.
+  - The options O(host), O(api_key), O(context) and O(proxy) may be templates, for example
+    C({{ lookup('ansible.builtin.env', 'FLEET_TOKEN') }}).
   - The host variable layout, worked examples and the AWX/AAP set-up are in C(docs/inventory.md) of the
     collection.
 """
@@ -182,6 +184,7 @@ import time
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.vars import combine_vars
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import node_facts as nf
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError, ValidationError
@@ -207,6 +210,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import 
 
 NODEWRIGHT_PLURAL = "nodewrights"
 CONNECTIONS = {"ssh": "ssh", "k8s": "nodewright.fleet.node", "local": "local"}
+_TEMPLATED_OPTIONS = ("host", "api_key", "context", "proxy")
 # Bump when the cached node facts change shape, so an old cache is not used.
 CACHE_FORMAT = 1
 
@@ -267,7 +271,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _settings(self):
         opt = self.get_option
-        auth = {key: self._template(opt(key)) for key in AUTH_OPTIONS}
+        # Paths are resolved by Ansible before a template could be rendered; strings may be templates.
+        auth = {key: self._template(opt(key)) if key in _TEMPLATED_OPTIONS else opt(key) for key in AUTH_OPTIONS}
         selector = to_selector(opt("label_selectors"), "label_selectors")
         fields = _field_selector(opt("field_selectors"))
         name = opt("nodewright")
@@ -407,6 +412,56 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # ----------------------------------------------------------------------------------
     # Building the inventory
 
+    def _compose(self, template, variables, disable_lookups=...):
+        """Plain variable paths (``k8s_node.gpu.model``) are looked up directly; Jinja2 costs
+        some hundred microseconds per host and expression, which at thousands of nodes is
+        seconds per ``compose`` entry or keyed group. Everything else goes to Jinja2."""
+        path = self._simple_paths.get(template, _MISSING) if isinstance(template, str) else None
+        if path is _MISSING:
+            path = self._simple_paths[template] = parse_simple_path(template)
+        if path is not None:
+            value = resolve_simple_path(path, self._scopes(variables))
+            if value is not _MISSING:
+                # as Jinja2 would have left it: keyed_groups' parent_group is templated next
+                self.templar.available_variables = (combine_vars(variables, self._vars) if self._use_extra_vars
+                                                    else variables)
+                return value
+        return super()._compose(template, variables)
+
+    def _scopes(self, variables):
+        if self._use_extra_vars and self._vars:
+            return (self._vars, variables)
+        return (variables,)
+
+    def _conditional_groups(self, groups, variables, host, strict):
+        """``groups``: like Constructable's, with the same fast path for simple tests."""
+        for group_name, conditional in groups.items():
+            parsed = self._simple_conditions.get(conditional, _MISSING) if isinstance(conditional, str) else None
+            if parsed is _MISSING:
+                parsed = self._simple_conditions[conditional] = parse_simple_condition(conditional)
+            result = _MISSING
+            if parsed is not None:
+                value = resolve_simple_path(parsed[0], self._scopes(variables))
+                if value is not _MISSING:
+                    if parsed[1] == "==":
+                        result = value == parsed[2]
+                    elif parsed[1] == "!=":
+                        result = value != parsed[2]
+                    elif isinstance(value, bool):
+                        result = value
+            if result is _MISSING:
+                self.templar.available_variables = (combine_vars(variables, self._vars) if self._use_extra_vars
+                                                    else variables)
+                try:
+                    result = self.templar.evaluate_conditional(conditional)
+                except Exception as exc:
+                    if strict:
+                        raise AnsibleParserError("Could not add host %s to group %s: %s" % (host, group_name, exc))
+                    continue
+            if result:
+                group = self.inventory.add_group(self._sanitize_group_name(group_name))
+                self.inventory.add_child(group, host)
+
     def _facts_sink(self):
         """Where to put the (large) facts variable of each host, and how to mark its values.
 
@@ -436,6 +491,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         groups = self.get_option("groups") or {}
         keyed_groups = self.get_option("keyed_groups") or []
         created = set()
+        self._simple_paths, self._simple_conditions = {}, {}
+        self._use_extra_vars = bool(self.get_option("use_extra_vars"))
         for facts in nodes:
             name = facts["name"]
             inv.add_host(name)
@@ -463,9 +520,89 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 inv.set_variable(name, varname, value)
                 variables[varname] = value
             if groups:
-                self._add_host_to_composed_groups(groups, variables, name, strict, fetch_hostvars=False)
+                self._conditional_groups(groups, variables, name, strict)
             if keyed_groups:
                 self._add_host_to_keyed_groups(keyed_groups, variables, name, strict, fetch_hostvars=False)
+
+
+_MISSING = object()
+_SIMPLE_TOKEN = re.compile(r"""\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*(?:'([^'\\]*)'|"([^"\\]*)"|(-?[0-9]+))\s*\]""")
+_SIMPLE_ROOT = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
+_SIMPLE_LITERAL = re.compile(r"""\s*(?:'([^'\\]*)'|"([^"\\]*)"|(-?[0-9]+)|(true|True|false|False|none|None))\s*$""")
+_LITERALS = {"true": True, "True": True, "false": False, "False": False, "none": None, "None": None}
+
+
+def parse_simple_path(text):
+    """``k8s_node.labels['nodepool']`` -> ``("k8s_node", [("attr", "labels"), ("item", "nodepool")])``.
+
+    None when ``text`` is anything but a plain variable path, which then goes to Jinja2.
+    """
+    if not isinstance(text, str):
+        return None
+    m = _SIMPLE_ROOT.match(text)
+    if not m:
+        return None
+    root, pos, steps, end = m.group(1), m.end(), [], len(text.rstrip())
+    while pos < end:
+        m = _SIMPLE_TOKEN.match(text, pos)
+        if not m:
+            return None
+        if m.group(1) is not None:
+            steps.append(("attr", m.group(1)))
+        elif m.group(4) is not None:
+            steps.append(("item", int(m.group(4))))
+        else:
+            steps.append(("item", m.group(2) if m.group(2) is not None else m.group(3)))
+        pos = m.end()
+    if root in _LITERALS:
+        return None
+    return root, steps
+
+
+def resolve_simple_path(path, scopes):
+    """The value of a parsed path, or ``_MISSING`` whenever Jinja2 might answer differently
+    (an attribute that is also a dict method, a missing key, an index out of range)."""
+    root, steps = path
+    for scope in scopes:
+        if root in scope:
+            value = scope[root]
+            break
+    else:
+        return _MISSING
+    for kind, key in steps:
+        if isinstance(value, dict):
+            if kind == "attr" and hasattr(dict, key):
+                return _MISSING
+            if key not in value:
+                return _MISSING
+            value = value[key]
+        elif isinstance(value, list) and kind == "item" and isinstance(key, int) and -len(value) <= key < len(value):
+            value = value[key]
+        else:
+            return _MISSING
+    return value
+
+
+def parse_simple_condition(text):
+    """``PATH``, ``PATH == LITERAL`` or ``PATH != LITERAL`` as ``(path, op, literal)``; else None."""
+    if not isinstance(text, str):
+        return None
+    for op in ("==", "!="):
+        if op in text:
+            left, _, right = text.partition(op)
+            path = parse_simple_path(left)
+            m = _SIMPLE_LITERAL.match(right)
+            if path is None or not m:
+                return None
+            if m.group(1) is not None or m.group(2) is not None:
+                literal = m.group(1) if m.group(1) is not None else m.group(2)
+            elif m.group(3) is not None:
+                literal = int(m.group(3))
+            else:
+                literal = _LITERALS[m.group(4)]
+            return path, op, literal
+    path = parse_simple_path(text)
+    return (path, None, None) if path is not None else None
 
 
 def _one_line(exc):

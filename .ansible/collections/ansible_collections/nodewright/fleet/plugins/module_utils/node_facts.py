@@ -228,6 +228,7 @@ def node_facts(node, zone_labels=DEFAULT_ZONE_LABELS, pool_labels=DEFAULT_POOL_L
     arch = info.get("architecture")
     return {
         "name": meta.get("name"),
+        "creation_timestamp": meta.get("creationTimestamp"),
         "labels": labels,
         "annotations": annotations,
         "taints": taints,

@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The status of a NodeWright resource, derived from the markers on its nodes, so
+that ``kubectl get nodewrights`` shows progress like any other controller."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+
+RESOURCE_STATUSES = ("unknown", "complete", "blocked", "waiting", "disabled", "paused", "in_progress", "erroring",
+                     "halted")
+
+
+def _node_state(node, resource):
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource))
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"error": "malformed state annotation"}
+    return value if isinstance(value, dict) else {"error": "malformed state annotation"}
+
+
+def compute_status(resource, nodes, targets, packages, override=None, message=None, generation=None,
+                   extra=None, now=None, current=None):
+    """A status object (for the status subresource) from the targeted nodes' markers.
+
+    ``override`` forces the overall status (blocked, halted, paused, disabled) with
+    ``message``; otherwise it is derived: erroring > in_progress > complete.
+    """
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    node_status, node_state, boot_ids = {}, {}, {}
+    for t in targets:
+        node = by_name.get(t)
+        if node is None:
+            continue
+        labels = node["metadata"].get("labels") or {}
+        st = labels.get(markers.status_label(resource)) or markers.STATUS_UNKNOWN
+        state = _node_state(node, resource)
+        if "error" in state:
+            st = markers.STATUS_ERRORING
+        node_status[t] = st
+        pk = {}
+        for name, entry in sorted((state.get("packages") or {}).items()):
+            if isinstance(entry, dict):
+                pk["%s|%s" % (name, entry.get("version", "?"))] = {
+                    "name": name, "version": entry.get("version"), "stage": entry.get("stage"),
+                    "state": entry.get("state")}
+        node_state[t] = pk
+        boot_ids[t] = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+    counts = {}
+    for st in node_status.values():
+        counts[st] = counts.get(st, 0) + 1
+    complete = counts.get(markers.STATUS_COMPLETE, 0)
+    if override:
+        overall = override
+    elif counts.get(markers.STATUS_ERRORING):
+        overall = "erroring"
+    elif counts.get(markers.STATUS_IN_PROGRESS) or counts.get(markers.STATUS_BLOCKED):
+        overall = "in_progress"
+    elif targets and complete == len(targets):
+        overall = "complete"
+    elif not targets:
+        overall = "complete"
+    else:
+        overall = "in_progress" if complete else "unknown"
+    ts = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not message:
+        message = "%d of %d nodes complete" % (complete, len(targets))
+        if counts.get(markers.STATUS_ERRORING):
+            bad = sorted(t for t, s in node_status.items() if s == markers.STATUS_ERRORING)
+            message += "; erroring: %s" % ", ".join(bad[:10])
+    ready = overall == "complete"
+    conditions = [
+        {"type": "Ready", "status": "True" if ready else "False", "reason": overall.title().replace("_", ""),
+         "message": message, "lastTransitionTime": ts},
+        {"type": "Blocked", "status": "True" if overall in ("blocked", "halted") else "False",
+         "reason": overall.title().replace("_", ""), "message": message if overall in ("blocked", "halted") else "",
+         "lastTransitionTime": ts},
+    ]
+    status = {
+        "status": overall, "message": message,
+        "nodeStatus": node_status, "nodeState": node_state, "nodeBootIds": boot_ids,
+        "nodesMatched": len(targets), "nodesComplete": complete,
+        "nodesInProgress": counts.get(markers.STATUS_IN_PROGRESS, 0) + counts.get(markers.STATUS_BLOCKED, 0),
+        "nodesErroring": counts.get(markers.STATUS_ERRORING, 0),
+        "completeNodes": "%d/%d" % (complete, len(targets)),
+        "packageList": ",".join("%s:%s" % (p["name"], p["version"]) for p in packages),
+        "conditions": conditions,
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    status.update(extra or {})
+    # Merge patch: drop nodes that are no longer targeted.
+    for key in ("nodeStatus", "nodeState", "nodeBootIds"):
+        for old in ((current or {}).get(key) or {}):
+            if old not in status[key]:
+                status[key][old] = None
+    return status

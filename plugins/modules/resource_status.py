@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: resource_status
+short_description: Write a NodeWright resource's status from the markers on its nodes
+version_added: "0.1.0"
+description:
+  - Reads the targeted nodes and writes the resource's status subresource - per-node status and package
+    state, counts, C(completeNodes) ("3/5"), the package list, conditions and C(observedGeneration) - so
+    that C(kubectl get nodewrights) shows progress.
+  - O(status) forces the overall status (for example C(blocked) with the reason in O(message)).
+options:
+  name:
+    description: NodeWright resource name.
+    type: str
+    required: true
+  targets:
+    description: Nodes the resource targets.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description: Package specs (name, version) of the resource.
+    type: list
+    elements: dict
+    default: []
+  status:
+    description: Overall status to force instead of deriving it.
+    type: str
+    choices: [unknown, complete, blocked, waiting, disabled, paused, in_progress, erroring, halted]
+  message:
+    description: Why the rollout is where it is.
+    type: str
+  generation:
+    description: The resource generation this status describes.
+    type: int
+  extra:
+    description: More status fields, such as C(compartmentStatuses) and C(rolloutState).
+    type: dict
+extends_documentation_fragment:
+  - nodewright.fleet.k8s_auth
+attributes:
+  check_mode:
+    support: full
+author:
+  - NodeWright maintainers
+"""
+
+EXAMPLES = r"""
+- name: Publish progress
+  nodewright.fleet.resource_status:
+    name: gpu-tuning
+    targets: "{{ rollout.targets }}"
+    packages: "{{ rollout.packages }}"
+    generation: "{{ rollout.generation }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+resource_status:
+  description: The status written (or that would be written in check mode).
+  returned: always
+  type: dict
+"""
+
+import json
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import compute_status
+
+try:
+    from kubernetes import client as k8s_client
+except ImportError:
+    k8s_client = None
+
+
+def run(module):
+    p = module.params
+    api = module.api_client()
+    custom = k8s_client.CustomObjectsApi(api)
+    core = k8s_client.CoreV1Api(api)
+    current = json.loads(call("read NodeWright %s" % p["name"], custom.get_cluster_custom_object, API_GROUP,
+                              API_VERSION, "nodewrights", p["name"], _preload_content=False).data)
+    nodes = json.loads(call("list nodes", core.list_node, _preload_content=False).data).get("items", [])
+    status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
+                            message=p["message"], generation=p["generation"], extra=p["extra"],
+                            current=current.get("status"))
+    old = current.get("status") or {}
+    comparable = {k: v for k, v in status.items() if k != "conditions"}
+    changed = any(old.get(k) != v for k, v in comparable.items() if v is not None) or \
+        [(c["type"], c["status"], c["message"]) for c in old.get("conditions") or []] != \
+        [(c["type"], c["status"], c["message"]) for c in status["conditions"]]
+    if changed and not module.check_mode:
+        # Keep a condition's transition time when its status did not change.
+        before = {c["type"]: c for c in old.get("conditions") or []}
+        for c in status["conditions"]:
+            if c["type"] in before and before[c["type"]]["status"] == c["status"]:
+                c["lastTransitionTime"] = before[c["type"]].get("lastTransitionTime", c["lastTransitionTime"])
+        call("write status of NodeWright %s" % p["name"], custom.patch_cluster_custom_object_status, API_GROUP,
+             API_VERSION, "nodewrights", p["name"], {"status": status})
+    return {"changed": changed, "resource_status": status}
+
+
+def main():
+    module = NodeWrightModule(dict(
+        name=dict(type="str", required=True),
+        targets=dict(type="list", elements="str", default=[]),
+        packages=dict(type="list", elements="dict", default=[]),
+        status=dict(type="str", choices=["unknown", "complete", "blocked", "waiting", "disabled", "paused",
+                                         "in_progress", "erroring", "halted"]),
+        message=dict(type="str"),
+        generation=dict(type="int"),
+        extra=dict(type="dict"),
+    ))
+    module.run(lambda: run(module))
+
+
+if __name__ == "__main__":
+    main()
