@@ -145,13 +145,16 @@ def run(module):
     return result
 
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    resources=dict(type="list", elements="dict"),
+    package_dirs=dict(type="list", elements="path", default=[]),
+    fail_on_blocked=dict(type="bool", default=True),
+)
+
+
 def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str"),
-        resources=dict(type="list", elements="dict"),
-        package_dirs=dict(type="list", elements="path", default=[]),
-        fail_on_blocked=dict(type="bool", default=True),
-    ))
+    module = NodeWrightModule(ARGUMENT_SPEC)
     module.run(lambda: run(module))
 
 

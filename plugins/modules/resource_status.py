@@ -108,17 +108,20 @@ def run(module):
     return {"changed": changed, "resource_status": status}
 
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    targets=dict(type="list", elements="str", default=[]),
+    packages=dict(type="list", elements="dict", default=[]),
+    status=dict(type="str", choices=["unknown", "complete", "blocked", "waiting", "disabled", "paused",
+                                     "in_progress", "erroring", "halted"]),
+    message=dict(type="str"),
+    generation=dict(type="int"),
+    extra=dict(type="dict"),
+)
+
+
 def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        targets=dict(type="list", elements="str", default=[]),
-        packages=dict(type="list", elements="dict", default=[]),
-        status=dict(type="str", choices=["unknown", "complete", "blocked", "waiting", "disabled", "paused",
-                                         "in_progress", "erroring", "halted"]),
-        message=dict(type="str"),
-        generation=dict(type="int"),
-        extra=dict(type="dict"),
-    ))
+    module = NodeWrightModule(ARGUMENT_SPEC)
     module.run(lambda: run(module))
 
 
