@@ -231,11 +231,10 @@ class Applier(object):
             entry["namespace"] = obj["metadata"].get("namespace") or "default"
         if existing is None:
             entry["action"] = "created"
-        elif self.check_mode:
-            entry["action"] = "configured" if _comparable(result) != _comparable(existing) else "unchanged"
         else:
-            same = (result.get("metadata") or {}).get("resourceVersion") == existing["metadata"].get("resourceVersion")
-            entry["action"] = "unchanged" if same else "configured"
+            # Compared without status and server-set metadata: a controller writing the status
+            # between the read and the apply is no change of ours.
+            entry["action"] = "configured" if _comparable(result) != _comparable(existing) else "unchanged"
         return entry
 
     def wait_established(self, name, timeout):

@@ -98,9 +98,9 @@ def test_install_playbook_is_idempotent_and_crds_are_established(sim, crds):
         conditions = {c.type: c.status for c in ext.read_custom_resource_definition(crd).status.conditions}
         assert conditions["Established"] == "True"
     again = install_crds(sim)
-    assert again.returncode == 0 and recap_changed(again) == 0, again.stdout
+    assert again.returncode == 0 and recap_changed(again) == 0, again.stdout + again.stderr
     check = install_crds(sim, "--check")
-    assert check.returncode == 0 and recap_changed(check) == 0, check.stdout
+    assert check.returncode == 0 and recap_changed(check) == 0, check.stdout + check.stderr
 
 
 def test_api_server_accepts_good_objects(crds):

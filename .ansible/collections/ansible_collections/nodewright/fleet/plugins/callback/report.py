@@ -136,7 +136,7 @@ class CallbackModule(CallbackBase):
         self._add_rollout(stats)
         self.report["finished"] = time.time()
         self.report["duration"] = round(self.report["finished"] - self.report["started"], 2)
-        for host, entry in self.report["hosts"].items():
+        for entry in self.report["hosts"].values():
             entry["duration"] = round(entry.get("last_seen", entry["first_seen"]) - entry["first_seen"], 2)
         counts = {}
         for entry in self.report["hosts"].values():

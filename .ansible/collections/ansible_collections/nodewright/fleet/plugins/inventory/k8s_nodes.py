@@ -148,6 +148,7 @@ EXAMPLES = r"""
 plugin: nodewright.fleet.k8s_nodes
 label_selectors: nvidia.com/gpu.present=true
 
+---
 # h100-pool.k8s_nodes.yml: one pool in two zones, Ready and schedulable only
 plugin: nodewright.fleet.k8s_nodes
 label_selectors:
@@ -158,6 +159,7 @@ keyed_groups:
   - key: k8s_node.gpu.clique
     prefix: clique
 
+---
 # kernel-cve.k8s_nodes.yml: the nodes a NodeWright resource targets, through the k8s connection
 plugin: nodewright.fleet.k8s_nodes
 nodewright: kernel-cve-2025
@@ -171,6 +173,7 @@ cache: true
 cache_plugin: ansible.builtin.jsonfile
 cache_connection: ~/.cache/nodewright/inventory
 
+---
 # simulator.k8s_nodes.yml: the local simulator; each node's host root is a directory
 plugin: nodewright.fleet.k8s_nodes
 connection: local

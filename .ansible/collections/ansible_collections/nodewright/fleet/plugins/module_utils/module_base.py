@@ -16,8 +16,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import
 
 class NodeWrightModule(AnsibleModule):
     def __init__(self, argument_spec, **kwargs):
-        spec = dict(AUTH_ARG_SPEC)
-        spec.update(argument_spec)
+        spec = full_argument_spec(argument_spec)
         kwargs.setdefault("supports_check_mode", True)
         super(NodeWrightModule, self).__init__(argument_spec=spec, **kwargs)
 
@@ -26,21 +25,47 @@ class NodeWrightModule(AnsibleModule):
 
     def run(self, fn):
         """Call ``fn()``, which returns the result dict; failures become fail_json."""
-        try:
-            result = fn()
-        except NodeWrightError as exc:
-            extra = {}
-            if exc.hint:
-                extra["hint"] = exc.hint
-            for key, value in (exc.details or {}).items():
-                if key == "result" and isinstance(value, dict):
-                    extra.update(value)
-                else:
-                    extra[key] = value
-            extra.pop("changed", None)
-            self.fail_json(msg=exc.message, changed=bool((exc.details or {}).get("changed")), **extra)
-        except Exception as exc:  # an unexpected bug: keep the traceback, but lead with a sentence
-            self.fail_json(msg="unexpected error: %s" % exc, exception=traceback.format_exc())
+        result = result_of(fn)
         if result.pop("failed", False):
             self.fail_json(**result)
         self.exit_json(**result)
+
+
+def result_of(fn):
+    """Call ``fn()`` and turn a NodeWright error into a failed result a person can act on."""
+    try:
+        result = fn()
+    except NodeWrightError as exc:
+        result = {}
+        if exc.hint:
+            result["hint"] = exc.hint
+        for key, value in (exc.details or {}).items():
+            if key == "result" and isinstance(value, dict):
+                result.update(value)
+            else:
+                result[key] = value
+        result.update(failed=True, msg=exc.message, changed=bool((exc.details or {}).get("changed")))
+        return result
+    except Exception as exc:  # an unexpected bug: keep the traceback, but lead with a sentence
+        return {"failed": True, "changed": False, "msg": "unexpected error: %s" % exc,
+                "exception": traceback.format_exc()}
+    result.setdefault("changed", False)
+    return result
+
+
+class InProcessModule(object):
+    """What a module's ``run(module)`` needs, for running it inside the controller
+    process (the k8s modules' action plugin does this when the task runs locally)."""
+
+    def __init__(self, params, check_mode):
+        self.params = params
+        self.check_mode = check_mode
+
+    def api_client(self):
+        return get_api_client(self.params)
+
+
+def full_argument_spec(argument_spec):
+    spec = dict(AUTH_ARG_SPEC)
+    spec.update(argument_spec)
+    return spec

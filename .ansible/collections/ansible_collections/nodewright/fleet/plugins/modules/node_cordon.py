@@ -88,18 +88,24 @@ from ansible_collections.nodewright.fleet.plugins.module_utils import node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
 
 
-def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        state=dict(type="str", choices=["cordoned", "uncordoned"], default="cordoned"),
-        force=dict(type="bool", default=False),
-        reason=dict(type="str"),
-        resource=dict(type="str"),
-    ))
+def run(module):
     p = module.params
-    module.run(lambda: node_ops.set_cordon(node_ops.core_api(module.api_client()), p["name"], p["state"],
-                                           force=p["force"], reason=p["reason"], resource=p["resource"],
-                                           check_mode=module.check_mode))
+    return node_ops.set_cordon(node_ops.core_api(module.api_client()), p["name"], p["state"], force=p["force"],
+                               reason=p["reason"], resource=p["resource"], check_mode=module.check_mode)
+
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    state=dict(type="str", choices=["cordoned", "uncordoned"], default="cordoned"),
+    force=dict(type="bool", default=False),
+    reason=dict(type="str"),
+    resource=dict(type="str"),
+)
+
+
+def main():
+    module = NodeWrightModule(ARGUMENT_SPEC)
+    module.run(lambda: run(module))
 
 
 if __name__ == "__main__":

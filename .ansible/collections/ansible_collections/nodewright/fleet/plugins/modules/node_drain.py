@@ -186,22 +186,25 @@ def run(module):
     return result
 
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    cordon=dict(type="bool", default=True),
+    timeout=dict(type="int", default=600),
+    grace_period=dict(type="int"),
+    force=dict(type="bool", default=False),
+    delete_emptydir_data=dict(type="bool", default=False),
+    ignore_daemonsets=dict(type="bool", default=True),
+    skip_namespaces=dict(type="list", elements="str", default=[]),
+    skip_pod_selector=dict(type="raw"),
+    pod_selector=dict(type="raw"),
+    non_interruptible_selector=dict(type="raw"),
+    disable_eviction=dict(type="bool", default=False),
+    max_parallel=dict(type="int", default=32),
+)
+
+
 def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        cordon=dict(type="bool", default=True),
-        timeout=dict(type="int", default=600),
-        grace_period=dict(type="int"),
-        force=dict(type="bool", default=False),
-        delete_emptydir_data=dict(type="bool", default=False),
-        ignore_daemonsets=dict(type="bool", default=True),
-        skip_namespaces=dict(type="list", elements="str", default=[]),
-        skip_pod_selector=dict(type="raw"),
-        pod_selector=dict(type="raw"),
-        non_interruptible_selector=dict(type="raw"),
-        disable_eviction=dict(type="bool", default=False),
-        max_parallel=dict(type="int", default=32),
-    ))
+    module = NodeWrightModule(ARGUMENT_SPEC)
     module.run(lambda: run(module))
 
 

@@ -165,18 +165,21 @@ def run(module):
     return result
 
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    phase=dict(type="str", choices=["pre", "post"], default="post"),
+    conditions=dict(type="list", elements="dict", default=[{"type": "Ready"}], options=dict(
+        type=dict(type="str", required=True),
+        status=dict(type="str", choices=["True", "False", "Unknown"]),
+        required=dict(type="bool", default=False))),
+    labels=dict(type="dict", default={}),
+    validation_job=dict(type="dict"),
+    timeout=dict(type="int", default=300),
+)
+
+
 def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        phase=dict(type="str", choices=["pre", "post"], default="post"),
-        conditions=dict(type="list", elements="dict", default=[{"type": "Ready"}], options=dict(
-            type=dict(type="str", required=True),
-            status=dict(type="str", choices=["True", "False", "Unknown"]),
-            required=dict(type="bool", default=False))),
-        labels=dict(type="dict", default={}),
-        validation_job=dict(type="dict"),
-        timeout=dict(type="int", default=300),
-    ))
+    module = NodeWrightModule(ARGUMENT_SPEC)
     module.run(lambda: run(module))
 
 

@@ -171,16 +171,19 @@ def run(module):
     return result
 
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    resource=dict(type="str", default="default"),
+    status=dict(type="str", choices=list(markers.STATUSES)),
+    state=dict(type="dict"),
+    error=dict(type="raw"),
+    event=dict(type="dict"),
+    clear=dict(type="bool", default=False),
+)
+
+
 def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        resource=dict(type="str", default="default"),
-        status=dict(type="str", choices=list(markers.STATUSES)),
-        state=dict(type="dict"),
-        error=dict(type="raw"),
-        event=dict(type="dict"),
-        clear=dict(type="bool", default=False),
-    ))
+    module = NodeWrightModule(ARGUMENT_SPEC)
     module.run(lambda: run(module))
 
 

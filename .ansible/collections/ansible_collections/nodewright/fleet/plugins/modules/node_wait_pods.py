@@ -79,18 +79,25 @@ from ansible_collections.nodewright.fleet.plugins.module_utils import node_ops, 
 from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
 
 
-def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        selectors=dict(type="raw", required=True),
-        timeout=dict(type="int", default=3600),
-        poll_interval=dict(type="float", default=2.0),
-        resource=dict(type="str"),
-    ))
+def run(module):
     p = module.params
-    module.run(lambda: node_waits.wait_for_critical_pods(
+    return node_waits.wait_for_critical_pods(
         node_ops.core_api(module.api_client()), p["name"], p["selectors"], p["timeout"], poll=p["poll_interval"],
-        resource=p["resource"], check_mode=module.check_mode))
+        resource=p["resource"], check_mode=module.check_mode)
+
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    selectors=dict(type="raw", required=True),
+    timeout=dict(type="int", default=3600),
+    poll_interval=dict(type="float", default=2.0),
+    resource=dict(type="str"),
+)
+
+
+def main():
+    module = NodeWrightModule(ARGUMENT_SPEC)
+    module.run(lambda: run(module))
 
 
 if __name__ == "__main__":

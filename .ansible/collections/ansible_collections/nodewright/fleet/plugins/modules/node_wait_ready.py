@@ -93,13 +93,16 @@ def run(module):
     return result
 
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    previous_boot_id=dict(type="str"),
+    timeout=dict(type="int", default=900),
+    poll_interval=dict(type="float", default=1.0),
+)
+
+
 def main():
-    module = NodeWrightModule(dict(
-        name=dict(type="str", required=True),
-        previous_boot_id=dict(type="str"),
-        timeout=dict(type="int", default=900),
-        poll_interval=dict(type="float", default=1.0),
-    ))
+    module = NodeWrightModule(ARGUMENT_SPEC)
     module.run(lambda: run(module))
 
 
