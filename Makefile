@@ -30,7 +30,7 @@ binaries:
 	bash simulator/build-binaries.sh
 
 demo: setup
-	$(BIN)/python -m nodewright_sim.demo
+	bin/nodewright-demo
 
 test: setup
 	$(BIN)/pytest tests

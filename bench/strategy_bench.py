@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -77,10 +78,14 @@ def run_once(variant, paths, forks, workdir, hosts):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
                ANSIBLE_DEPRECATION_WARNINGS="false", ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="false")
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(command(variant, paths, forks, workdir), capture_output=True, text=True, env=env,
                           cwd=workdir)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU time of ansible-playbook and its workers: steadier than wall time on a shared machine.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit("%s failed (rc %d):\n%s\n%s" % (variant, proc.returncode, proc.stdout[-3000:],
                                                         proc.stderr[-3000:]))
@@ -89,7 +94,7 @@ def run_once(variant, paths, forks, workdir, hosts):
         done = sum(1 for line in recap.splitlines() if ": ok=1 " in line)
         if done != hosts:
             raise SystemExit("%s: %d of %d hosts ran the task" % (variant, done, hosts))
-    return elapsed
+    return elapsed, cpu
 
 
 def ansible_version():
@@ -109,6 +114,7 @@ def main():
 
     variants = ["linear", "rollout"] + (["runner"] if args.runner else [])
     times = {v: [] for v in variants}
+    cpus = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="nodewright-strategy-bench-") as workdir:
         paths = write_inputs(workdir, args.hosts, args.batch)
         run_once("rollout", paths, args.forks, workdir, args.hosts)  # warm caches (bytecode, plugin loader)
@@ -116,20 +122,25 @@ def main():
             # Alternate the order so that drift on a shared machine hits both alike.
             order = variants if n % 2 == 0 else list(reversed(variants))
             for variant in order:
-                elapsed = run_once(variant, paths, args.forks, workdir, args.hosts)
+                elapsed, cpu = run_once(variant, paths, args.forks, workdir, args.hosts)
                 times[variant].append(elapsed)
-                print("run %d %-8s %6.2f s" % (n + 1, variant, elapsed), flush=True)
+                cpus[variant].append(cpu)
+                print("run %d %-8s %6.2f s wall %6.2f s CPU" % (n + 1, variant, elapsed, cpu), flush=True)
 
     base = statistics.median(times["linear"])
+    base_cpu = statistics.median(cpus["linear"])
     rows = []
     for variant in variants:
         median = statistics.median(times[variant])
-        rows.append("| %s | %.2f | %.2f | %.2f | %+.1f%% |" % (
+        cpu = statistics.median(cpus[variant])
+        rows.append("| %s | %.2f | %.2f | %.2f | %+.1f%% | %.2f | %+.1f%% |" % (
             {"linear": "`linear`, `serial: %d`" % args.batch,
              "rollout": "`nodewright.fleet.rollout`, fixed %d" % args.batch,
              "runner": "`bin/nodewright-rollout`, fixed %d" % args.batch}[variant],
-            median, min(times[variant]), max(times[variant]), (median / base - 1) * 100))
+            median, min(times[variant]), max(times[variant]), (median / base - 1) * 100,
+            cpu, (cpu / base_cpu - 1) * 100))
     overhead = (statistics.median(times["rollout"]) / base - 1) * 100
+    cpu_overhead = (statistics.median(cpus["rollout"]) / base_cpu - 1) * 100
     verdict = "met" if overhead <= GOAL_PERCENT else "NOT met"
     text = "\n".join([
         "# Strategy overhead: `nodewright.fleet.rollout` vs `serial`",
@@ -138,12 +149,14 @@ def main():
         "`--forks %d`, %d runs each (alternating order, after one warm-up run)." % (
             args.hosts, -(-args.hosts // args.batch), args.batch, args.forks, args.runs),
         "",
-        "| Variant | Median s | Best s | Worst s | vs `serial` (median) |",
-        "|---|---:|---:|---:|---:|",
+        "| Variant | Median wall s | Best | Worst | Wall vs `serial` | Median CPU s | CPU vs `serial` |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ] + rows + [
         "",
-        "Goal: the strategy at most %+.0f%% wall time against `serial`: **%s** (%+.1f%%)." % (
-            GOAL_PERCENT, verdict, overhead),
+        "Goal: the strategy at most %+.0f%% wall time against `serial`: **%s** (%+.1f%% wall, %+.1f%% CPU)." % (
+            GOAL_PERCENT, verdict, overhead, cpu_overhead),
+        "CPU is user + system time of `ansible-playbook` and its workers; on a shared machine it varies less",
+        "than wall time. Load average at the end: %s." % ", ".join("%.1f" % x for x in os.getloadavg()),
         "",
         "Machine: %s, %s CPUs, Python %s, %s." % (platform.platform(), os.cpu_count(),
                                                  platform.python_version(), ansible_version()),

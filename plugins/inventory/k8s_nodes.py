@@ -60,7 +60,8 @@ options:
         in O(address_preference).
       - V(k8s) sets C(ansible_connection=nodewright.fleet.node) (a privileged pod on the node, no SSH) and
         C(ansible_host) to the node name.
-      - V(local) sets C(ansible_connection=local), C(ansible_host) to the node name and
+      - V(local) sets C(ansible_connection=local), C(ansible_python_interpreter) to the controller's Python,
+        C(ansible_host) to the node name and
         C(nodewright_host_root) to the node's annotation C(sim.nodewright.io/host-root) (the local
         simulator's host root of that node), else C(/).
       - O(compose) runs afterwards, so it can override any of these.
@@ -183,6 +184,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 
 from ansible.errors import AnsibleError, AnsibleParserError
@@ -506,6 +508,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 variables["ansible_host"] = name
             if connection == "local":
                 variables["nodewright_host_root"] = nf.host_root(facts)
+                # Tasks run in this controller's Python (interpreter discovery could pick
+                # another one without the collection's dependencies).
+                variables["ansible_python_interpreter"] = sys.executable
             for key, value in variables.items():
                 sink.set_variable(name, key, mark(value) if mark else value)
             for group in nf.default_groups(facts, prefix, kinds):

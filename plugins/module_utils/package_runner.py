@@ -754,6 +754,47 @@ def package_manifest(package):
     return data
 
 
+# Drift checks: the check stages that say whether an installed package still holds.
+DRIFT_CHECK_STAGES = ("apply-check", "config-check", "post-interrupt-check")
+
+
+def check_packages(host_root="/", resource="default", recorded_state=None, keep_logs=KEEP_LOGS):
+    """Drift check: run again the check stages of every package the node state records
+    as complete, from the copy kept on the host, with the config it was installed with.
+
+    Nothing is installed, no flag or state is written; only the checks' step logs.
+    Returns ``{checked: [names], drifted: [{name, version, stage, message, log}],
+    skipped: [{name, reason}], state}``; a package with no check stages counts as
+    checked. Raises ``StepFailed`` when another package run holds the host's lock."""
+    runner = PackageRunner(host_root, resource=resource, keep_logs=keep_logs)
+    state = normalize_state(recorded_state if recorded_state is not None else runner.read_state())
+    checked, drifted, skipped = [], [], []
+    with runner._locked():
+        for name in sorted(state["packages"]):
+            entry = state["packages"][name]
+            if entry.get("state") != STATE_COMPLETE or entry.get("stage") in (STAGE_INTERRUPT, "uninstall"):
+                skipped.append({"name": name, "reason": "not complete (%s %s)" % (entry.get("stage"),
+                                                                                  entry.get("state"))})
+                continue
+            stored = runner.stored_package(name, entry["version"])
+            if stored is None:
+                drifted.append({"name": name, "version": entry["version"], "stage": None, "log": None,
+                                "message": "the package copy is missing from %s"
+                                           % runner.root.outer(runner.package_dir(name, entry["version"]))})
+                continue
+            runner._prepare_dirs(stored)
+            for stage in DRIFT_CHECK_STAGES:
+                try:
+                    runner.run_stage(stored, stage, {"action": "check"})
+                except StepFailed as exc:
+                    drifted.append({"name": name, "version": entry["version"], "stage": stage, "log": exc.log,
+                                    "message": exc.message})
+                    break
+            else:
+                checked.append(name)
+    return {"checked": checked, "drifted": drifted, "skipped": skipped, "state": finalize_state(state)}
+
+
 def run_packages(specs, host_root="/", resource="default", recorded_state=None, prune=False, phase="main",
                  check_mode=False, keep_logs=KEEP_LOGS):
     """Load, plan and run packages on a host root: the whole job of the

@@ -116,8 +116,12 @@ options:
       - V(main) plans and runs everything up to the interrupt. V(post-interrupt) runs the
         post-interrupt stages of the packages whose interrupt has been performed (a
         reboot is verified through the boot id).
+      - V(check) changes nothing - a drift check. It runs again the C(apply-check),
+        C(config-check) and C(post-interrupt-check) stages of every package the node state
+        records as complete, from the copy kept on the host, and returns RV(drifted). A
+        package whose check fails does not fail the task.
     type: str
-    choices: [main, post-interrupt]
+    choices: [main, post-interrupt, check]
     default: main
   keep_logs:
     description: Step logs kept per step under C(/var/log/nodewright/<name>/<version>/).
@@ -126,7 +130,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Returns the plan; no step runs and nothing is written on the host.
+    details: Returns the plan; no step runs and nothing is written on the host. With O(phase=check) the check
+      stages run as without check mode - they only read the host.
   diff_mode:
     support: none
 notes:
@@ -244,6 +249,18 @@ state:
         interrupt: {type: reboot, services: []}
         bootId: 5b7c3b1e-8a0e-4d61-9d5c-0f6f0c6d8e11
         updated: "2026-01-31T10:00:00Z"
+drifted:
+  description:
+    - With O(phase=check), the packages whose check failed, each with C(name), C(version),
+      C(stage) (the check stage that failed), C(message) and C(log).
+  returned: when O(phase=check)
+  type: list
+  elements: dict
+checked:
+  description: With O(phase=check), the packages whose checks passed.
+  returned: when O(phase=check)
+  type: list
+  elements: str
 annotation:
   description: The annotation key and its value (compact JSON of RV(state)) to write on the Node.
   returned: always
@@ -272,6 +289,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner i
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import (
     StepFailed,
+    check_packages,
     run_packages,
 )
 
@@ -308,7 +326,7 @@ def main():
             resource=dict(type="str", default="default"),
             recorded_state=dict(type="raw"),
             prune=dict(type="bool", default=False),
-            phase=dict(type="str", choices=["main", "post-interrupt"], default="main"),
+            phase=dict(type="str", choices=["main", "post-interrupt", "check"], default="main"),
             keep_logs=dict(type="int", default=5),
         ),
         mutually_exclusive=[("packages", "name"), ("packages", "src")],
@@ -319,7 +337,7 @@ def main():
         specs = [{k: v for k, v in spec.items() if v is not None} for spec in p["packages"]]
     elif p["name"] or p["src"]:
         specs = [{k: p[k] for k in PACKAGE_SPEC_KEYS if p[k] is not None}]
-    elif p["phase"] == "post-interrupt":
+    elif p["phase"] in ("post-interrupt", "check"):
         specs = []
     else:
         module.fail_json(msg="give name or src (one package) or packages (a list, may be empty)")
@@ -329,6 +347,18 @@ def main():
     def annotation(state):
         return dict(key=state_annotation(p["resource"]),
                     value=json.dumps(state, sort_keys=True, separators=(",", ":")))
+
+    if p["phase"] == "check":
+        try:
+            found = check_packages(host_root=p["host_root"], resource=p["resource"],
+                                   recorded_state=p["recorded_state"], keep_logs=p["keep_logs"])
+        except NodeWrightError as exc:
+            module.fail_json(msg=str(exc))
+        lines = ["%s %s: drifted, %s failed: %s" % (d["name"], d["version"], d["stage"] or "copy",
+                                                    d["message"].splitlines()[0]) for d in found["drifted"]]
+        module.exit_json(changed=False, plan=None, results=[], interrupt=pending_interrupt(found["state"]),
+                         annotation=annotation(found["state"]),
+                         msg="\n".join(lines) or "no drift in %d package(s)" % len(found["checked"]), **found)
 
     workdir = tempfile.mkdtemp(prefix="nodewright-package-")
     try:

@@ -367,6 +367,27 @@ def halt_message(decision, untouched):
     return text
 
 
+class _TemplatedVariables(object):
+    """``get(name)`` templates only values that hold a template (most labels are plain text,
+    and values read from the API are never trusted as templates)."""
+
+    _probe = None
+
+    def __init__(self, variables, loader):
+        self._variables = variables
+        self._loader = loader
+
+    def get(self, name, default=None):
+        value = self._variables.get(name, default)
+        if value is None:
+            return value
+        if _TemplatedVariables._probe is None:
+            _TemplatedVariables._probe = Templar(loader=self._loader)
+        if _TemplatedVariables._probe.is_template(value):
+            value = Templar(loader=self._loader, variables=self._variables).template(value)
+        return value
+
+
 class StrategyModule(LinearStrategyModule):
     """The ``linear`` strategy, run once per wave over the hosts the policy admits."""
 
@@ -384,13 +405,9 @@ class StrategyModule(LinearStrategyModule):
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
-        """A host's variables, templated on access (what ``hostvars[host]`` gives a task)."""
-        hostvars = getattr(self._tqm, "hostvars", None)
-        if hostvars is None:
-            from ansible.vars.hostvars import HostVars
-            hostvars = self._tqm.hostvars = HostVars(inventory=self._inventory,
-                                                     variable_manager=self._variable_manager, loader=self._loader)
-        return hostvars[host_name]
+        """A host's variables as ``hostvars[host]`` gives them to a task, templated on access."""
+        variables = self._variable_manager.get_vars(host=self._inventory.get_host(host_name), include_hostvars=False)
+        return _TemplatedVariables(variables, self._loader)
 
     # ------------------------------------------------------------------ run
 

@@ -142,7 +142,8 @@ def test_exponential_factor_two_doubles(tmp_path):
 
 
 def test_two_compartments_follow_their_own_strategies(tmp_path):
-    hosts = dict(hosts_named(5, "h", labels={"gpu": "h100"}))
+    # Labels may be templates over other host variables.
+    hosts = dict(hosts_named(5, "h", labels={"gpu": "{{ gpu_model }}"}, gpu_model="h100"))
     hosts.update(hosts_named(7, "a", labels={"gpu": "a100"}))
     policy = {"default": {"budget": {"count": 1}},
               "compartments": [

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Drift: a node NodeWright completed whose host no longer passes its packages' checks.
+
+The check stages run on the host (``nodewright.fleet.package`` with ``phase: check``);
+the decisions around them are pure and live here: which nodes to check for which
+resources, what the ``nodewright.io/Drift`` condition says, and how a node's state
+is marked so that the next rollout applies the drifted packages again.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.resources import is_disabled
+from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import from_label_selector
+
+REASON_DRIFT = "HostDrift"
+REASON_NO_DRIFT = "NoDrift"
+
+# The stage whose rerun repairs what a failed check found.
+_REPAIR_STAGE = {"apply-check": "apply", "config-check": "config", "post-interrupt-check": "config"}
+
+
+def _name(obj):
+    return ((obj or {}).get("metadata") or {}).get("name") or "?"
+
+
+def check_targets(nodes, resources):
+    """``{node: [resource, ...]}``: the resources each node has completed (recorded
+    status complete), which a drift check looks at again. Ignored nodes and disabled
+    resources are left out; so are nodes whose state annotation is malformed."""
+    out = {}
+    for resource in sorted(resources or (), key=_name):
+        if is_disabled(resource):
+            continue
+        try:
+            selector = from_label_selector((resource.get("spec") or {}).get("nodeSelectors"))
+        except Exception:  # noqa: BLE001 - an invalid resource is reported as blocked elsewhere
+            continue
+        name = _name(resource)
+        for node in nodes or ():
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if is_ignored(labels) or not selector.matches(labels):
+                continue
+            state = read_state(node, name)
+            if state.get("status") == markers.STATUS_COMPLETE and "error" not in state:
+                out.setdefault(node["metadata"]["name"], []).append(name)
+    return out
+
+
+def condition(drifted):
+    """The ``nodewright.io/Drift`` condition for one node from ``{resource: [drifted
+    package entries]}`` (entries as ``package`` with ``phase: check`` returns them)."""
+    found = {r: items for r, items in (drifted or {}).items() if items}
+    if not found:
+        return {"type": markers.CONDITION_DRIFT, "status": "False", "reason": REASON_NO_DRIFT,
+                "message": "the host passes the checks of its packages"}
+    parts = []
+    for resource in sorted(found):
+        for item in found[resource]:
+            first = (item.get("message") or "").splitlines()[0] if item.get("message") else ""
+            parts.append("%s/%s %s: %s failed%s" % (resource, item.get("name"), item.get("version"),
+                                                    item.get("stage") or "copy", (" (%s)" % first) if first else ""))
+    return {"type": markers.CONDITION_DRIFT, "status": "True", "reason": REASON_DRIFT,
+            "message": "host drifted: " + "; ".join(parts)}
+
+
+def is_drifting(node):
+    """Whether the node's Drift condition is True."""
+    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == markers.CONDITION_DRIFT:
+            return cond.get("status") == "True"
+    return False
+
+
+def reapply_state(state, drifted):
+    """A copy of a node state in which each drifted package is marked in progress at the
+    stage whose rerun repairs it (apply for apply-check, config otherwise), so that the
+    next rollout resumes it through the safe sequence. Finished non-idempotent steps
+    stay finished: the host's flags decide that, not this state."""
+    new = copy.deepcopy(state or {})
+    packages = new.get("packages") if isinstance(new.get("packages"), dict) else {}
+    marked = []
+    for item in drifted or ():
+        entry = packages.get(item.get("name"))
+        if not isinstance(entry, dict):
+            continue
+        entry["state"] = markers.STATUS_IN_PROGRESS
+        entry["stage"] = _REPAIR_STAGE.get(item.get("stage"), "apply")
+        marked.append(item["name"])
+    if marked:
+        new["status"] = markers.STATUS_IN_PROGRESS
+        new["reason"] = "drift: %s applied again" % ", ".join(sorted(marked))
+    return new, sorted(marked)

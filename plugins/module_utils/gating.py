@@ -1,0 +1,272 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""New-node gating (``runtimeRequired``): when the runtime-required taint comes off a node.
+
+A node that must not run workloads before NodeWright has prepared its host joins
+with the taint ``nodewright.io/runtime-required=true:NoSchedule`` (kubelet
+``--register-with-taints``), or NodeWright adds it when the node appears and a
+resource with ``autoTaintNewNodes`` selects it. The taint comes off only when every
+``runtimeRequired`` NodeWright resource that targets the node has completed on it;
+resources are looked at in priority order, so the first one still missing is the
+one a person is told about. A failed package keeps the taint, and says so.
+
+Pure functions over plain dicts (nodes as the API returns them, NodeWright objects);
+patching the node is the caller's business.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+    DEFAULT_PRIORITY,
+    is_disabled,
+    is_paused,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import from_label_selector
+
+TAINT_VALUE = "true"
+TAINT_EFFECT = "NoSchedule"
+
+# Decisions
+OPEN = "open"      # remove the taint: every runtimeRequired resource is complete on the node
+KEEP = "keep"      # the node is tainted and must stay so
+NONE = "none"      # nothing to do (not tainted, or no runtimeRequired resource targets the node)
+
+# Progress of one resource on one node
+COMPLETE = "complete"
+PENDING = "pending"
+FAILED = "failed"
+MALFORMED = "malformed"
+
+# Reasons of the nodewright.io/Blocked condition that the gate owns; a Blocked
+# condition with another reason belongs to another part of NodeWright and is left alone.
+REASON_WAITING = "RuntimeRequired"
+REASON_FAILED = "RuntimePackageFailed"
+REASON_MALFORMED = "RuntimeStateMalformed"
+REASON_READY = "RuntimeReady"
+GATE_REASONS = (REASON_WAITING, REASON_FAILED, REASON_MALFORMED, REASON_READY)
+
+
+def runtime_taint(key=markers.TAINT_RUNTIME_REQUIRED):
+    return {"key": key, "value": TAINT_VALUE, "effect": TAINT_EFFECT}
+
+
+def node_taints(node):
+    return list(((node or {}).get("spec") or {}).get("taints") or [])
+
+
+def has_taint(node, key=markers.TAINT_RUNTIME_REQUIRED):
+    return any(t.get("key") == key for t in node_taints(node))
+
+
+def _name(obj):
+    return ((obj or {}).get("metadata") or {}).get("name") or "?"
+
+
+def _labels(node):
+    return ((node or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _priority(resource):
+    value = ((resource or {}).get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else DEFAULT_PRIORITY
+
+
+def targets(resource, node):
+    """Whether ``resource`` selects ``node`` (an ignored node is selected by none).
+
+    A selector that cannot be parsed selects nothing: the resource is invalid, and
+    desired_state reports it as blocked.
+    """
+    if is_ignored(_labels(node)):
+        return False
+    try:
+        selector = from_label_selector(((resource or {}).get("spec") or {}).get("nodeSelectors"))
+    except NodeWrightError:
+        return False
+    return selector.matches(_labels(node))
+
+
+def gating_resources(resources, node):
+    """The runtimeRequired resources that target ``node``, in priority order (lower
+    first, then by name). A disabled resource is withdrawn and does not hold the gate;
+    a paused one does (its work is still to come)."""
+    chosen = [r for r in resources or () if ((r.get("spec") or {}).get("runtimeRequired") is True)
+              and not is_disabled(r) and targets(r, node)]
+    return sorted(chosen, key=lambda r: (_priority(r), _name(r)))
+
+
+def resource_progress(resource, node):
+    """``(progress, detail)`` of one resource on one node: complete, pending, failed or
+    malformed. Complete means the node's recorded status is complete and every package
+    of the resource is recorded complete at the version the resource asks for."""
+    name = _name(resource)
+    wanted = {p: (spec or {}).get("version") for p, spec in
+              (((resource.get("spec") or {}).get("packages")) or {}).items()}
+    state = read_state(node, name)
+    if "error" in state:
+        return MALFORMED, "%s; fix or reset it (nodewright reset %s --resource %s)" % (
+            state["error"], _name(node), name)
+    packages = state.get("packages") if isinstance(state.get("packages"), dict) else {}
+    for pkg in sorted(wanted):
+        entry = packages.get(pkg)
+        if isinstance(entry, dict) and entry.get("state") == markers.STATUS_ERRORING:
+            detail = "package %s %s failed at stage %s" % (pkg, entry.get("version", "?"), entry.get("stage", "?"))
+            if state.get("reason"):
+                detail += ": %s" % str(state["reason"]).splitlines()[0][:300]
+            return FAILED, detail
+    status = state.get("status") or _labels(node).get(markers.status_label(name))
+    if status == markers.STATUS_ERRORING:
+        reason = str(state.get("reason") or "maintenance failed").splitlines()[0][:300]
+        return FAILED, "maintenance failed at %s: %s" % (state.get("step", "?"), reason)
+    missing = []
+    for pkg, version in sorted(wanted.items()):
+        entry = packages.get(pkg)
+        if not (isinstance(entry, dict) and entry.get("state") == "complete" and entry.get("version") == version
+                and entry.get("stage") != "interrupt"):
+            missing.append("%s %s" % (pkg, version))
+    if not wanted:
+        return COMPLETE, "no packages"
+    if status == markers.STATUS_COMPLETE and not missing:
+        return COMPLETE, "complete"
+    if missing:
+        return PENDING, "not yet applied: %s" % ", ".join(missing)
+    return PENDING, "maintenance %s" % (status or "not started")
+
+
+def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
+    """What the gate does for ``node`` given every NodeWright resource.
+
+    Returns ``{action, tainted, resources, blocker, message, condition, event}``:
+    ``action`` is open, keep or none; ``resources`` lists each gating resource with
+    its progress, in priority order; ``blocker`` is the first that is not complete;
+    ``condition`` (type, status, reason, message) and ``event`` (reason, type,
+    message) are what to record, or None.
+    """
+    tainted = has_taint(node, taint_key)
+    gating = gating_resources(resources, node)
+    entries = []
+    for r in gating:
+        progress, detail = resource_progress(r, node)
+        entries.append({"resource": _name(r), "priority": _priority(r), "progress": progress, "detail": detail,
+                        "paused": is_paused(r)})
+    result = {"action": NONE, "tainted": tainted, "taint": taint_key, "resources": entries, "blocker": None,
+              "condition": None, "event": None}
+    if not entries:
+        result["message"] = ("no runtimeRequired NodeWright resource targets this node; "
+                             + ("the %s taint is left as it is" % taint_key if tainted else "nothing to gate"))
+        return result
+    blockers = [e for e in entries if e["progress"] != COMPLETE]
+    done = ", ".join(e["resource"] for e in entries)
+    if not blockers:
+        result["message"] = "every runtimeRequired resource is complete (%s)" % done
+        if tainted:
+            result["action"] = OPEN
+            result["message"] = "removing the %s taint: %s" % (taint_key, result["message"])
+            result["event"] = {"reason": markers.EVENT_COMPLETE, "type": "Normal",
+                               "message": "runtime ready, taint %s removed: %s complete" % (taint_key, done)}
+        result["condition"] = {"type": markers.CONDITION_BLOCKED, "status": "False", "reason": REASON_READY,
+                               "message": "runtime ready: %s complete" % done}
+        return result
+    first = blockers[0]
+    result["blocker"] = first
+    if not tainted:
+        result["message"] = ("not tainted; %s is %s on this node (%s)" % (first["resource"], first["progress"],
+                                                                       first["detail"]))
+        return result
+    result["action"] = KEEP
+    what = "%s (priority %d) %s" % (first["resource"], first["priority"], first["detail"])
+    if first["progress"] in (FAILED, MALFORMED):
+        reason = REASON_FAILED if first["progress"] == FAILED else REASON_MALFORMED
+        text = "taint %s kept: %s" % (taint_key, what)
+        result["condition"] = {"type": markers.CONDITION_BLOCKED, "status": "True", "reason": reason,
+                               "message": text}
+        result["event"] = {"reason": markers.EVENT_BLOCKED, "type": "Warning", "message": text}
+    else:
+        text = "taint %s kept until %s; waiting for %s%s" % (
+            taint_key, done, what, " (paused)" if first["paused"] else "")
+        result["condition"] = {"type": markers.CONDITION_BLOCKED, "status": "True", "reason": REASON_WAITING,
+                               "message": text}
+    result["message"] = text
+    return result
+
+
+def gate_condition(node, decision):
+    """The condition to record for ``decision``, or None when nothing is to be written:
+    a False (ready) condition is only written over a gate condition that is True, and
+    a Blocked condition owned by another part of NodeWright is never overwritten."""
+    wanted = decision.get("condition")
+    if not wanted:
+        return None
+    current = None
+    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == wanted["type"]:
+            current = cond
+    if current is not None and current.get("status") == "True" and current.get("reason") not in GATE_REASONS:
+        return None
+    if wanted["status"] == "False" and (current is None or current.get("status") != "True"):
+        return None
+    return wanted
+
+
+def taint_patch(node, present, key=markers.TAINT_RUNTIME_REQUIRED):
+    """Patch that adds (``present``) or removes the runtime-required taint, or None.
+
+    Taints are a list without a merge key, so the whole list is written; the node's
+    resourceVersion makes the API server refuse the patch (409) when somebody changed
+    the node in between, instead of losing their taint.
+    """
+    taints = node_taints(node)
+    if present == any(t.get("key") == key for t in taints):
+        return None
+    if present:
+        new = taints + [runtime_taint(key)]
+    else:
+        new = [t for t in taints if t.get("key") != key]
+    patch = {"spec": {"taints": new}}
+    version = ((node or {}).get("metadata") or {}).get("resourceVersion")
+    if version:
+        patch["metadata"] = {"resourceVersion": version}
+    return patch
+
+
+def _created(node):
+    raw = ((node or {}).get("metadata") or {}).get("creationTimestamp")
+    if not raw:
+        return None
+    try:
+        return datetime.datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except (TypeError, ValueError):
+        return None
+
+
+def should_auto_taint(node, resources, now, window_s=600, taint_key=markers.TAINT_RUNTIME_REQUIRED):
+    """Whether NodeWright should taint a node it has just seen appear (the ADDED event
+    of a watch). Returns ``(bool, reason)``.
+
+    Only a node created less than ``window_s`` seconds before ``now`` counts as new:
+    a watch also reports every existing node as ADDED when it (re)starts, and those
+    nodes may run workloads already. The node must be targeted by a resource with
+    ``runtimeRequired`` and ``autoTaintNewNodes`` that has not completed on it.
+    """
+    name = _name(node)
+    if has_taint(node, taint_key):
+        return False, "%s already carries %s" % (name, taint_key)
+    created = _created(node)
+    if created is None:
+        return False, "%s has no creation time" % name
+    age = (now - created).total_seconds()
+    if age > window_s:
+        return False, "%s is not new (created %ds ago, window %ds)" % (name, age, window_s)
+    wanting = [r for r in gating_resources(resources, node)
+               if (r.get("spec") or {}).get("autoTaintNewNodes") is True
+               and resource_progress(r, node)[0] != COMPLETE]
+    if not wanting:
+        return False, "no runtimeRequired resource with autoTaintNewNodes is pending on %s" % name
+    return True, "new node %s is targeted by %s (autoTaintNewNodes)" % (name, ", ".join(_name(r) for r in wanting))

@@ -1,0 +1,174 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_gate
+short_description: Open or hold the runtime-required gate of a node (runtimeRequired)
+version_added: "0.1.0"
+description:
+  - A node that must not run workloads before NodeWright prepared its host carries the taint
+    C(nodewright.io/runtime-required=true:NoSchedule) - from the kubelet's C(--register-with-taints), or
+    added by the reconciler for resources with C(autoTaintNewNodes).
+  - With O(state=auto) the module removes the taint when every C(runtimeRequired) NodeWright resource
+    that targets the node has completed on it (every package recorded complete at the version the resource
+    asks for). Otherwise the taint stays, and the first resource still missing, in priority order, is
+    recorded in the node condition C(nodewright.io/Blocked); a failed package or a malformed state
+    annotation also records a Warning Event on the node.
+  - A node that no C(runtimeRequired) resource targets keeps its taint; NodeWright does not know who
+    else is responsible for it. A disabled resource does not hold the gate; a paused one does.
+  - With O(state=present) the module adds the taint (what C(autoTaintNewNodes) does).
+options:
+  name:
+    description: Name of the node.
+    type: str
+    required: true
+  state:
+    description: V(auto) decides from the node's NodeWright state; V(present) adds the taint.
+    type: str
+    choices: [auto, present]
+    default: auto
+  taint_key:
+    description: Key of the taint.
+    type: str
+    default: nodewright.io/runtime-required
+  resources:
+    description:
+      - The NodeWright resources to decide with (as the API returns them). Omitted, they are read
+        from the cluster.
+    type: list
+    elements: dict
+extends_documentation_fragment:
+  - nodewright.fleet.k8s_auth
+attributes:
+  check_mode:
+    support: full
+notes:
+  - Runs where the Kubernetes API is reachable, usually with C(delegate_to=localhost).
+  - C(playbooks/rollout.yml) runs it for every node at the end of its maintenance, also when it failed.
+author:
+  - NodeWright maintainers
+"""
+
+EXAMPLES = r"""
+- name: Let workloads onto the node once its runtimeRequired resources are complete
+  nodewright.fleet.node_gate:
+    name: "{{ inventory_hostname }}"
+  delegate_to: localhost
+
+- name: Keep workloads off a node until NodeWright has prepared it
+  nodewright.fleet.node_gate:
+    name: gpu-node-17
+    state: present
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+action:
+  description: What the gate did (would do, in check mode) - open (taint removed), keep, none, or taint.
+  returned: always
+  type: str
+  sample: open
+tainted:
+  description: Whether the node carries the taint after the task (would, in check mode).
+  returned: always
+  type: bool
+resources:
+  description: The runtimeRequired resources that target the node, in priority order, each with
+    C(resource), C(priority), C(progress) (complete, pending, failed, malformed), C(detail) and C(paused).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{resource: gpu-runtime, priority: 100, progress: failed, paused: false,
+            detail: "package driver-tuning 1.2.0 failed at stage apply"}]
+msg:
+  description: Human summary.
+  returned: always
+  type: str
+"""
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import gating, markers, node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+
+NODEWRIGHTS_PATH = "/apis/%s/%s/nodewrights" % (markers.API_GROUP, markers.API_VERSION)
+
+
+def _patch_taint(core, name, node, present, key):
+    """Write the taint list; on a conflict (the node changed meanwhile) read it again once."""
+    for attempt in (1, 2):
+        patch = gating.taint_patch(node, present, key)
+        if patch is None:
+            return node, False
+        try:
+            node_ops.patch_node(core, name, patch)
+            return node_ops.get_node(core, name), True
+        except ClusterError as exc:
+            if (exc.details or {}).get("status") != 409 or attempt == 2:
+                raise
+            node = node_ops.get_node(core, name)
+    return node, False  # pragma: no cover
+
+
+def run(module):
+    p = module.params
+    api = module.api_client()
+    core = node_ops.core_api(api)
+    name, key = p["name"], p["taint_key"]
+    node = node_ops.get_node(core, name)
+    if p["state"] == "present":
+        patch = gating.taint_patch(node, True, key)
+        if patch and not module.check_mode:
+            node, _ = _patch_taint(core, name, node, True, key)
+            node_ops.emit_event(core, name, markers.EVENT_BLOCKED, "taint %s added: workloads wait until "
+                                "NodeWright has prepared the node" % key)
+        return {"changed": bool(patch), "action": "taint" if patch else "none", "tainted": True, "resources": [],
+                "msg": "tainted with %s" % key if patch else "already tainted with %s" % key}
+
+    resources = p["resources"]
+    if resources is None:
+        resources = get_json(api, NODEWRIGHTS_PATH, "list NodeWright resources").get("items", [])
+    decision = gating.decide(node, resources, key)
+    changed = False
+    tainted = decision["tainted"]
+    if decision["action"] == gating.OPEN:
+        changed = True
+        tainted = False
+        if not module.check_mode:
+            node, _ = _patch_taint(core, name, node, False, key)
+    condition = gating.gate_condition(node, decision)
+    cond_patch = None
+    if condition:
+        cond_patch = node_ops.condition_patch(node, condition["type"], condition["status"], condition["reason"],
+                                              condition["message"])
+    if cond_patch:
+        changed = True
+        if not module.check_mode:
+            node_ops.patch_node_status(core, name, cond_patch)
+    # An Event for a change only, so that reruns do not repeat it.
+    event = decision.get("event")
+    if event and (decision["action"] == gating.OPEN or cond_patch) and not module.check_mode:
+        node_ops.emit_event(core, name, event["reason"], event["message"], event["type"])
+    return {"changed": changed, "action": decision["action"], "tainted": tainted,
+            "resources": decision["resources"], "msg": decision["message"]}
+
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    state=dict(type="str", choices=["auto", "present"], default="auto"),
+    taint_key=dict(type="str", default=markers.TAINT_RUNTIME_REQUIRED, no_log=False),
+    resources=dict(type="list", elements="dict"),
+)
+
+
+def main():
+    module = NodeWrightModule(ARGUMENT_SPEC)
+    module.run(lambda: run(module))
+
+
+if __name__ == "__main__":
+    main()
