@@ -5,9 +5,11 @@
 validate it before anything touches the node, send it over, run the module.
 
 Source resolution is one function per kind of source so that a kind can be added
-without touching the rest: today a directory (a path, a ``files/`` lookup, or the
-name of a package shipped in the collection's ``packages/``); an OCI image pulled
-by digest is the planned next kind and is refused with a clear message until then.
+without touching the rest: an OCI image (``oci://registry/repo:tag``, pinned with
+``@sha256:...``), pulled on the controller into a cache by digest and unpacked
+into an ordinary package directory (``module_utils/package_sources.py``); a
+directory (a path or a ``files/`` lookup); or the name of a package shipped in the
+collection's ``packages/``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import tempfile
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
+from ansible_collections.nodewright.fleet.plugins.module_utils import package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
     MANIFEST_JSON,
@@ -45,7 +49,7 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED_PACKAGES = os.path.join(COLLECTION_ROOT, "packages")
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
-IMAGE_SCHEMES = ("oci", "docker", "registry")
+display = Display()
 
 
 def yaml_line_map(text):
@@ -86,10 +90,17 @@ def load_controller_package(path):
     return package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
 
 
-def resolve_image(reference):
-    raise AnsibleError(
-        "package source %r is an image reference; OCI image sources are not supported yet" % reference,
-        obj=None) from None
+def node_arch(task_vars):
+    """The architecture of the host the task runs for, when the inventory knows it
+    (k8s_nodes' ``k8s_node.architecture``, or gathered facts); None otherwise."""
+    task_vars = task_vars or {}
+    node = task_vars.get("k8s_node")
+    if isinstance(node, dict) and node.get("architecture"):
+        return node["architecture"]
+    facts = task_vars.get("ansible_facts")
+    if isinstance(facts, dict) and facts.get("architecture"):
+        return facts["architecture"]
+    return None
 
 
 class ActionModule(ActionBase):
@@ -98,25 +109,46 @@ class ActionModule(ActionBase):
     def resolve_source(self, spec, index):
         """A local directory for the spec's package, or None (uninstall without a
         source uses the copy on the host)."""
-        src, name = spec.get("src"), spec.get("name")
+        src = spec.get("src")
+        if src and package_sources.is_image_reference(src):
+            return self._image_source(src, spec, index)
         if src:
-            if "://" in src:
-                scheme = src.split("://", 1)[0]
-                if scheme in IMAGE_SCHEMES:
-                    resolve_image(src)
-                raise AnsibleError("packages[%d]: unknown package source %r (give a package directory)"
-                                   % (index, src))
-            if os.path.isabs(src):
-                path = src
-            else:
-                try:
-                    path = self._find_needle("files", src)
-                except AnsibleError:
-                    raise AnsibleError("packages[%d]: package directory %r not found (relative paths are looked up "
-                                       "like files/ of the role or the playbook)" % (index, src))
-            if not os.path.isdir(path):
-                raise AnsibleError("packages[%d]: %s is not a package directory" % (index, path))
-            return path
+            return self._directory_source(src, index)
+        return self._shipped_source(spec, index)
+
+    def _image_source(self, src, spec, index):
+        """An OCI image: pulled (or found in the cache by digest) and unpacked on the
+        controller, before anything touches the node."""
+        field = "packages[%d].src" % index
+        try:
+            ref = package_sources.parse_image_ref(src)
+        except ValueError as exc:
+            raise ValidationError("%r is not an image reference: %s" % (src, exc), field=field,
+                                  hint="write oci://registry/repository:version, pinned with @sha256:<digest>")
+        resolver = getattr(self, "_image_resolver", None) or package_sources.ImageResolver()
+        resolved = resolver.resolve(ref, package=spec.get("name") or ref.repository.rsplit("/", 1)[-1],
+                                    field=field)
+        display.vv("package source %s: %s (%s)" % (src, resolved.digest, "cached" if resolved.cached else "pulled"))
+        return resolved.path
+
+    def _directory_source(self, src, index):
+        if "://" in src:
+            raise AnsibleError("packages[%d]: unknown package source %r (give a package directory, or an image as "
+                               "oci://registry/repository:version)" % (index, src))
+        if os.path.isabs(src):
+            path = src
+        else:
+            try:
+                path = self._find_needle("files", src)
+            except AnsibleError:
+                raise AnsibleError("packages[%d]: package directory %r not found (relative paths are looked up "
+                                   "like files/ of the role or the playbook)" % (index, src))
+        if not os.path.isdir(path):
+            raise AnsibleError("packages[%d]: %s is not a package directory" % (index, path))
+        return path
+
+    def _shipped_source(self, spec, index):
+        name = spec.get("name")
         shipped = os.path.join(SHIPPED_PACKAGES, name or "")
         if name and os.path.isdir(shipped):
             return shipped
@@ -143,6 +175,7 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
+        self._image_resolver = package_sources.ImageResolver(arch=node_arch(task_vars))
         staging = tempfile.mkdtemp(prefix="nodewright-package-")
         try:
             try:

@@ -38,6 +38,18 @@ options:
     ini:
       - section: nodewright_report
         key: include_tasks
+  metrics_textfile:
+    description:
+      - Also write the run's metrics in the Prometheus text format to this file at the end of the run (for
+        node_exporter's textfile collector; name it C(*.prom)) - the run's duration, result and nodes per
+        outcome, and the package states and stages the run saw. Names are listed in C(docs/operating.md).
+    type: path
+    version_added: "0.2.0"
+    env:
+      - name: NODEWRIGHT_METRICS_TEXTFILE
+    ini:
+      - section: nodewright_report
+        key: metrics_textfile
 """
 
 import json
@@ -45,6 +57,9 @@ import os
 import time
 
 from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as nw_metrics
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import ANNOTATION_STATE_PREFIX
 
 NODEWRIGHT_KEYS = ("evicted", "kept", "still_present", "blocking_pdbs", "initially_blocking", "plan",
                    "packages", "interrupt", "boot_id", "rebooted", "failures", "steps")
@@ -72,6 +87,7 @@ class CallbackModule(CallbackBase):
         super(CallbackModule, self).__init__(*args, **kwargs)
         self.report = {"version": 1, "started": time.time(), "playbook": None, "hosts": {}, "tasks": []}
         self._task_start = {}
+        self._package_states = {}
 
     def _host(self, name):
         return self.report["hosts"].setdefault(name, {"outcome": "ok", "first_seen": time.time(), "results": []})
@@ -96,6 +112,7 @@ class CallbackModule(CallbackBase):
             entry["msg"] = data.get("msg")
         elif status == "failed":
             status = "failed_ignored"
+        self._note_package_state(host, data)
         interesting = {k: data[k] for k in NODEWRIGHT_KEYS if k in data}
         if interesting:
             entry["results"].append({"task": name, "status": status, **_plain(interesting)})
@@ -146,4 +163,27 @@ class CallbackModule(CallbackBase):
         tmp = path + ".tmp"
         with open(tmp, "w") as fh:
             json.dump(self.report, fh, indent=2, sort_keys=True, default=str)
+        os.replace(tmp, path)
+        self._write_metrics()
+
+    # --- metrics textfile (NODEWRIGHT_METRICS_TEXTFILE) ----------------------------------
+    def _note_package_state(self, host, data):
+        """The last package state a package task returned per (resource, node)."""
+        key = (data.get("annotation") or {}).get("key") if isinstance(data.get("annotation"), dict) else None
+        if key and key.startswith(ANNOTATION_STATE_PREFIX) and isinstance(data.get("state"), dict):
+            self._package_states[(key[len(ANNOTATION_STATE_PREFIX):], host)] = _plain(data["state"])
+
+    def _write_metrics(self):
+        path = self.get_option("metrics_textfile")
+        if not path:
+            return
+        kind = os.path.splitext(os.path.basename(self.report.get("playbook") or "playbook"))[0]
+        summary = self.report.get("summary") or {}
+        found = nw_metrics.MetricSet()
+        nw_metrics.run_metrics(found, kind, self.report["duration"], not any(
+            summary.get(k) for k in ("failed", "unreachable")), self.report["finished"], summary)
+        nw_metrics.package_state_metrics(found, self._package_states)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(found.render())
         os.replace(tmp, path)

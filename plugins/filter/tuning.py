@@ -3,25 +3,23 @@
 # Apache License 2.0 (see LICENSE)
 """Filters for intent-based NVIDIA host tuning (controller side).
 
-The resolution logic lives in ``module_utils/tuning.py`` (stdlib only, no file
-access); this plugin loads the YAML profile layers shipped with the
-``nodewright.fleet.nvidia_tuning`` role and hands them over as plain dicts.
+The logic lives in ``module_utils/tuning.py``: resolution is pure, and its
+controller-side section loads the YAML profile layers shipped with the
+``nodewright.fleet.nvidia_tuning`` role and renders the role's templates. This
+plugin hands Ansible's values over as plain data and turns errors into filter errors.
 Each filter is documented in ``plugins/filter/<filter name>.yml``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
 
-DEFAULT_PROFILES_DIR = os.path.normpath(os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "nvidia_tuning", "files", "profiles"))
+DEFAULT_PROFILES_DIR = tuning.PROFILES_DIR
 
 
 def _plain(value):
@@ -43,29 +41,10 @@ def _plain(value):
 
 def load_profiles(profiles_dir=None):
     """Read every ``*.yml`` layer under ``profiles_dir``; names are paths without ``.yml``."""
-    root = os.path.abspath(profiles_dir or DEFAULT_PROFILES_DIR)
-    if not os.path.isdir(root):
-        raise AnsibleFilterError("tuning profiles directory %s does not exist" % root)
-    layers = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for filename in sorted(filenames):
-            stem, ext = os.path.splitext(filename)
-            if ext not in (".yml", ".yaml"):
-                continue
-            path = os.path.join(dirpath, filename)
-            name = os.path.relpath(os.path.join(dirpath, stem), root).replace(os.sep, "/")
-            try:
-                with open(path) as handle:
-                    data = yaml.safe_load(handle) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise AnsibleFilterError("cannot read tuning profile %s: %s" % (path, exc))
-            if not isinstance(data, dict):
-                raise AnsibleFilterError("tuning profile %s is not a mapping" % path)
-            if name in layers:
-                raise AnsibleFilterError("tuning profile %s is defined twice (.yml and .yaml)" % name)
-            layers[name] = data
-    return layers
+    try:
+        return tuning.load_profiles(profiles_dir)
+    except NodeWrightError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 def _call(func, *args, **kwargs):
@@ -114,8 +93,9 @@ def tuning_parse_observations(text):
     return tuning.parse_observations(_plain(text))
 
 
-def tuning_check(resolved, observed, phase="post-interrupt"):
-    return _call(tuning.check_settings, _plain(resolved), _plain(observed) or {}, phase=_plain(phase))
+def tuning_check(resolved, observed, phase="post-interrupt", skip=None):
+    return _call(tuning.check_settings, _plain(resolved), _plain(observed) or {}, phase=_plain(phase),
+                 skip=_plain(skip) or None)
 
 
 def tuning_state(resolved, pending_interrupt=None):
@@ -130,6 +110,21 @@ def tuning_uninstall_paths(state):
         if path not in paths:
             paths.append(path)
     return paths
+
+
+def tuning_render_files(resolved, power_profile_command=tuning.DEFAULT_POWER_PROFILE_COMMAND, templates_dir=None):
+    return _call(tuning.render_files, _plain(resolved), _plain(power_profile_command),
+                 templates_dir=_plain(templates_dir) or None)
+
+
+def tuning_package_spec(spec, labels=None, os_image=None, node=None, profiles_dir=None):
+    """The nvidia-tuning package spec with its profile resolved for one node."""
+    spec = _plain(spec) or {}
+    facts = [{"name": _plain(node) or "node", "labels": _plain(labels) or {}, "os_image": _plain(os_image)}] \
+        if (labels or os_image or node) else []
+    rendered, _ = _call(tuning.package_spec_for_nodes, dict(spec, name=spec.get("name") or tuning.PACKAGE_NAME),
+                        facts, profiles_dir=_plain(profiles_dir) or None)
+    return rendered
 
 
 class FilterModule(object):
@@ -149,4 +144,6 @@ class FilterModule(object):
             "tuning_check": tuning_check,
             "tuning_state": tuning_state,
             "tuning_uninstall_paths": tuning_uninstall_paths,
+            "tuning_render_files": tuning_render_files,
+            "tuning_package_spec": tuning_package_spec,
         }

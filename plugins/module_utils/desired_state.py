@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, package_planner
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers, package_planner, package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
 from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
@@ -49,12 +49,22 @@ def targeted_nodes(resource, nodes):
     return order_nodes(flat)
 
 
-def resolve_source(name, package, package_dirs, where):
-    """Directory of a package: ``source`` (absolute, or relative to a package dir),
-    else the package's name among the package dirs."""
+def resolve_source(name, package, package_dirs, where, resolver=None):
+    """Directory of a package: its ``image`` (``version`` is the tag, ``containerSHA``
+    the pinned digest) pulled and unpacked by ``resolver`` (a
+    ``package_sources.ImageResolver``; None: one with the default cache), else
+    ``source`` (absolute, or relative to a package dir), else the package's name
+    among the package dirs."""
     if package.get("image"):
-        raise ValidationError("package images (OCI) are not supported by this runner yet", field=where + ".image",
-                              hint="give source: a package directory, or ship the package in the collection")
+        try:
+            ref = package_sources.image_ref_for_package(package["image"], package["version"],
+                                                        package.get("containerSHA"))
+        except ValueError as exc:
+            raise ValidationError("package %s: %s" % (name, exc), field=where + ".image",
+                                  hint="image is the repository (registry/path), version the tag, containerSHA "
+                                       "sha256:<64 hex>")
+        resolver = resolver if resolver is not None else package_sources.ImageResolver()
+        return resolver.resolve(ref, package=name, field=where + ".image", digest_field=where + ".containerSHA").path
     candidates = []
     source = package.get("source")
     if source and os.path.isabs(source):

@@ -11,16 +11,17 @@ resource with ``autoTaintNewNodes`` selects it. The taint comes off only when ev
 resources are looked at in priority order, so the first one still missing is the
 one a person is told about. A failed package keeps the taint, and says so.
 
-Pure functions over plain dicts (nodes as the API returns them, NodeWright objects);
-patching the node is the caller's business.
+The decisions are pure functions over plain dicts (nodes as the API returns them,
+NodeWright objects); ``enforce`` and ``add_taint`` at the end carry them out through
+the API, for the ``node_gate`` module and the reconciler alike.
 """
 
 from __future__ import annotations
 
 import datetime
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
 from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
@@ -270,3 +271,63 @@ def should_auto_taint(node, resources, now, window_s=600, taint_key=markers.TAIN
     if not wanting:
         return False, "no runtimeRequired resource with autoTaintNewNodes is pending on %s" % name
     return True, "new node %s is targeted by %s (autoTaintNewNodes)" % (name, ", ".join(_name(r) for r in wanting))
+
+
+# --------------------------------------------------------------------------- acting on a node
+
+
+def _write_taint(core, name, node, present, key):
+    """Write the taint list; on a conflict (the node changed meanwhile) read it again once."""
+    for attempt in (1, 2):
+        patch = taint_patch(node, present, key)
+        if patch is None:
+            return node
+        try:
+            node_ops.patch_node(core, name, patch)
+            return node_ops.get_node(core, name)
+        except ClusterError as exc:
+            if (exc.details or {}).get("status") != 409 or attempt == 2:
+                raise
+            node = node_ops.get_node(core, name)
+    return node  # pragma: no cover
+
+
+def enforce(core, name, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED, check_mode=False, node=None):
+    """Carry out ``decide`` on one node: remove the taint when the gate opens, record
+    the Blocked condition, and an Event when something changed (so reruns stay quiet).
+    Returns ``{changed, action, tainted, resources, msg}``."""
+    node = node or node_ops.get_node(core, name)
+    decision = decide(node, resources, taint_key)
+    changed = False
+    tainted = decision["tainted"]
+    if decision["action"] == OPEN:
+        changed, tainted = True, False
+        if not check_mode:
+            node = _write_taint(core, name, node, False, taint_key)
+    wanted = gate_condition(node, decision)
+    cond_patch = node_ops.condition_patch(node, wanted["type"], wanted["status"], wanted["reason"],
+                                          wanted["message"]) if wanted else None
+    if cond_patch:
+        changed = True
+        if not check_mode:
+            node_ops.patch_node_status(core, name, cond_patch)
+    event = decision.get("event")
+    if event and (decision["action"] == OPEN or cond_patch) and not check_mode:
+        node_ops.emit_event(core, name, event["reason"], event["message"], event["type"])
+    return {"changed": changed, "action": decision["action"], "tainted": tainted,
+            "resources": decision["resources"], "msg": decision["message"]}
+
+
+def add_taint(core, name, taint_key=markers.TAINT_RUNTIME_REQUIRED, reason=None, check_mode=False, node=None):
+    """Add the runtime-required taint (autoTaintNewNodes, or by hand). Returns
+    ``{changed, action, tainted, resources, msg}``."""
+    node = node or node_ops.get_node(core, name)
+    if taint_patch(node, True, taint_key) is None:
+        return {"changed": False, "action": NONE, "tainted": True, "resources": [],
+                "msg": "already tainted with %s" % taint_key}
+    if not check_mode:
+        _write_taint(core, name, node, True, taint_key)
+        node_ops.emit_event(core, name, markers.EVENT_BLOCKED, "taint %s added%s: workloads wait until NodeWright "
+                            "has prepared the node" % (taint_key, (" (%s)" % reason) if reason else ""))
+    return {"changed": True, "action": "taint", "tainted": True, "resources": [],
+            "msg": "tainted with %s" % taint_key}

@@ -192,7 +192,8 @@ def exit_status(raw):
                     return int(cause.get("message"))
                 except (TypeError, ValueError):
                     continue
-    raise NodePodError("exec failed: %s" % (status.get("message") or raw[:200]))
+    raise NodePodError(status.get("message") or raw[:200],
+                       hint="the kubelet did not run the command; kubectl describe pod shows why")
 
 
 # --------------------------------------------------------------------------- pod status

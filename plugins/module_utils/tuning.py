@@ -3,9 +3,11 @@
 # Apache License 2.0 (see LICENSE)
 """Intent-based NVIDIA host tuning: detection, profile resolution, diffs and checks.
 
-Profiles are data (YAML layers shipped in ``roles/nvidia_tuning/files/profiles``);
-this module never reads files: the controller-side filter plugin loads the layers
-and passes them in as plain dicts, so everything here is pure and stdlib only.
+Profiles are data (YAML layers shipped in ``roles/nvidia_tuning/files/profiles``).
+Everything but the last section is pure and stdlib only: the layers come in as plain
+dicts. The last section (controller side) reads the shipped layers and renders the
+role's templates, for the filter plugin and for the ``nvidia-tuning`` package, whose
+profile is resolved on the controller (see "The nvidia-tuning package" below).
 
 A *layer* is a mapping::
 
@@ -40,6 +42,8 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
+import os
 import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
@@ -69,6 +73,9 @@ OPTION_SPECS = {
 }
 
 GPU_KEYS = ("persistence", "fabricmanager", "workload_power_profile")
+# What the power-profile unit runs ({profile_id}: NVML's number, {profile}: its name);
+# the syntax depends on the driver release, so the role and the package take another.
+DEFAULT_POWER_PROFILE_COMMAND = "/usr/bin/nvidia-smi workload-power-profile --set --profile-id {profile_id}"
 
 # NVML nvmlPowerProfileType_t (Blackwell and newer).
 POWER_PROFILES = {
@@ -310,6 +317,39 @@ def os_from_os_release(text):
             fields.get("ID", "?"), version or "?", fields.get("PRETTY_NAME", "no PRETTY_NAME")),
         field="os", hint="supported: %s, cos; or set nvidia_tuning_os" % ", ".join(
             n for _, _, n in _OS_MAP))
+
+
+# Kubernetes reports the OS as status.nodeInfo.osImage (PRETTY_NAME of os-release).
+_OS_IMAGES = (
+    (re.compile(r"^container-optimized os\b"), "cos"),
+    (re.compile(r"^ubuntu 22\.04\b"), "ubuntu-22.04"),
+    (re.compile(r"^ubuntu 24\.04\b"), "ubuntu-24.04"),
+    (re.compile(r"^debian gnu/linux 12\b"), "debian-12"),
+    (re.compile(r"^(red hat enterprise linux|rocky linux|almalinux|centos stream|oracle linux server) 9\b"),
+     "rhel-9"),
+)
+
+
+def os_from_os_image(text):
+    """The tuning OS name from a node's ``status.nodeInfo.osImage`` (``Ubuntu 24.04.1 LTS``)."""
+    image = " ".join(str(text or "").lower().split())
+    for pattern, name in _OS_IMAGES:
+        if pattern.match(image):
+            return name
+    raise ValidationError(
+        "unsupported operating system %r (the node's status.nodeInfo.osImage)" % (text or ""),
+        field="os", hint="supported: %s, cos; or set os explicitly" % ", ".join(n for _, _, n in _OS_MAP))
+
+
+def os_release_match(os_name):
+    """``(ID, VERSION_ID)`` that /etc/os-release of a host running ``os_name`` shows; the
+    ID may also come from ID_LIKE, and VERSION_ID may add a minor version (``9.4``)."""
+    if os_name == "cos":
+        return ("cos", "")
+    for want_id, want_version, name in _OS_MAP:
+        if name == os_name:
+            return (want_id, want_version)
+    raise ValidationError("unknown os %r" % (os_name,), field="os")
 
 
 # --------------------------------------------------------------------------------------
@@ -1014,49 +1054,92 @@ def _expected(setting):
     return setting["value"]
 
 
-def check_settings(resolved_or_settings, observed, phase="post-interrupt"):
+# How an observation is judged, one word per rule; the nvidia-tuning package's shell
+# comparator (packages/nvidia-tuning/steps/tune.sh) implements the same words.
+CHECK_RULES = ("eq", "tokens", "enabled", "governor", "skip")
+
+
+def _rule(setting):
+    mech = setting["mechanism"]
+    if mech == "cmdline":
+        return "tokens"
+    if mech == "gpu" and setting["key"] == "persistence":
+        return "enabled"
+    if mech == "governor":
+        return "governor"
+    return "eq"
+
+
+def _skip_reason(sid, skip):
+    for pattern, reason in sorted((skip or {}).items()):
+        if fnmatch.fnmatchcase(sid, pattern):
+            return " ".join(str(reason or "skipped").split())
+    return None
+
+
+def check_expectations(resolved_or_settings, skip=None):
+    """What each setting must read back as: one row per setting with ``id``, ``probe``
+    (see ``probes``), ``rule`` (one of ``CHECK_RULES``), ``expected`` and, for a
+    setting matched by a glob of ``skip`` (setting-id glob -> reason), rule ``skip``
+    with the ``reason``."""
+    rows = []
+    for sid, setting in _settings_of(resolved_or_settings).items():
+        probe = CMDLINE_PROBE if setting["mechanism"] == "cmdline" else sid
+        expected = setting["value"] if setting["mechanism"] == "cmdline" else _expected(setting)
+        row = {"id": sid, "probe": probe, "rule": _rule(setting), "expected": " ".join(str(expected).split()),
+               "layer": setting.get("layer", ""), "why": setting.get("why", ""), "reboot": bool(setting.get("reboot"))}
+        reason = _skip_reason(sid, skip)
+        if reason:
+            row.update(rule="skip", reason=reason)
+        rows.append(row)
+    return rows
+
+
+def judge(rule, expected, observed):
+    """``ok``, ``failed`` or ``unverified`` for one observation (None: not observed)."""
+    if rule == "skip":
+        return "unverified"
+    if observed is None:
+        return "failed"
+    if rule == "tokens":
+        seen = set(str(observed).split())
+        return "ok" if all(t in seen for t in str(expected).split()) else "failed"
+    if rule == "enabled":
+        return "ok" if set(str(observed).split()) == {"Enabled"} else "failed"
+    if rule == "governor" and observed == UNAVAILABLE:
+        return "unverified"
+    return "ok" if _norm(observed) == _norm(expected) else "failed"
+
+
+def check_settings(resolved_or_settings, observed, phase="post-interrupt", skip=None):
     """Compare what the host reports with what the profile asks for.
 
     ``observed`` maps probe ids (see ``probes``) to what the host reported.
     ``phase`` is ``post-interrupt`` (everything must be in effect) or ``live``
     (settings that need a reboot are reported as ``pending_reboot``). A governor the
-    host cannot report (VMs without cpufreq) is ``unverified``, not a failure.
+    host cannot report (VMs without cpufreq) is ``unverified``, not a failure, and so
+    is a setting matched by a glob of ``skip`` (setting-id glob -> reason: what the
+    host cannot report).
     """
     if phase not in ("post-interrupt", "live"):
         raise ValidationError("unknown check phase %r" % (phase,), field="phase",
                               hint="post-interrupt or live")
-    settings = _settings_of(resolved_or_settings)
     observed = observed or {}
     failed, pending, unverified, verified = [], [], [], []
-    cmdline = observed.get(CMDLINE_PROBE)
-    cmdline_tokens_seen = set(str(cmdline).split()) if cmdline is not None else None
-    for sid, setting in settings.items():
-        mech = setting["mechanism"]
-        if mech == "cmdline":
-            got = cmdline
-            ok = cmdline_tokens_seen is not None and all(
-                t in cmdline_tokens_seen for t in setting.get("tokens") or setting["value"].split())
+    for row in check_expectations(resolved_or_settings, skip):
+        got = observed.get(row["probe"])
+        verdict = judge(row["rule"], row["expected"], got)
+        if verdict == "ok":
+            verified.append(row["id"])
+        elif verdict == "unverified":
+            unverified.append({"id": row["id"], "reason": row.get("reason")
+                               or "the host exposes no cpufreq governor"})
+        elif phase == "live" and row["reboot"]:
+            pending.append(row["id"])
         else:
-            got = observed.get(sid)
-            want = _expected(setting)
-            if mech == "gpu" and setting["key"] == "persistence" and got is not None:
-                ok = set(str(got).split()) == {"Enabled"}
-            else:
-                ok = got is not None and _norm(got) == _norm(want)
-            if mech == "governor" and got == UNAVAILABLE:
-                unverified.append({"id": sid, "reason": "the host exposes no cpufreq governor"})
-                continue
-        if ok:
-            verified.append(sid)
-            continue
-        if phase == "live" and setting.get("reboot"):
-            pending.append(sid)
-            continue
-        failed.append({
-            "id": sid, "expected": _expected(setting) if mech != "cmdline" else setting["value"],
-            "observed": "<not observed>" if got is None else got, "layer": setting["layer"],
-            "why": setting.get("why", ""),
-        })
+            failed.append({"id": row["id"], "expected": row["expected"],
+                           "observed": "<not observed>" if got is None else got, "layer": row["layer"],
+                           "why": row["why"]})
     lines = ["%s: expected %s, observed %s (from %s)" % (f["id"], f["expected"], f["observed"], f["layer"])
              for f in failed]
     return {
@@ -1078,3 +1161,312 @@ def state_record(resolved, pending_interrupt=None):
         "bootloader": resolved.get("bootloader") or {"method": "none"},
         "pending_interrupt": merge_interrupts(pending_interrupt or NOOP),
     }
+
+
+# --------------------------------------------------------------------------------------
+# The nvidia-tuning package: the profile is resolved on the controller and handed to
+# the host as package config, because package steps run in a plain shell on the node.
+#
+# Config keys the controller adds (user keys come from the package's defaultConfig):
+#   resolved.profile        what the profile is for and its files (PROFILE_FORMAT below)
+#   resolved.file.<name>    each file's content, as the role writes it
+#   resolved.checks         per setting: probe, rule and expected value (tab separated)
+#   resolved.reboot, resolved.service.<unit>, resolved.noop
+#                           the settings' values, grouped by the interrupt a change needs;
+#                           the package's configInterrupts name these keys, so the planner
+#                           derives a node's interrupt from the groups whose values changed
+
+PACKAGE_NAME = "nvidia-tuning"
+RESOLVED_PREFIX = "resolved."
+KEY_PROFILE = RESOLVED_PREFIX + "profile"
+KEY_CHECKS = RESOLVED_PREFIX + "checks"
+KEY_REBOOT = RESOLVED_PREFIX + "reboot"
+KEY_NOOP = RESOLVED_PREFIX + "noop"
+KEY_FILE_PREFIX = RESOLVED_PREFIX + "file."
+KEY_SERVICE_PREFIX = RESOLVED_PREFIX + "service."
+_KEY_UNSAFE_RE = re.compile(r"[^-._a-zA-Z0-9]")
+# uname -m of a host of each architecture.
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def _key_part(text):
+    return _KEY_UNSAFE_RE.sub("_", str(text))
+
+
+def interrupt_words(value):
+    """``noop``, ``reboot``, ``restartAllServices`` or ``service <unit>...`` (the words a
+    package step writes to $NODEWRIGHT_INTERRUPT_FILE)."""
+    value = merge_interrupts(value or NOOP)
+    return " ".join([value["type"]] + value["services"])
+
+
+def group_key(setting):
+    """The config key holding ``setting``'s value: named after the interrupt that
+    applies a change of it."""
+    it = setting.get("interrupt") or _apply_interrupt(setting)
+    if it["type"] == "reboot":
+        return KEY_REBOOT
+    if it["type"] == "service":
+        return KEY_SERVICE_PREFIX + _key_part("_".join(it["services"]))
+    return KEY_NOOP
+
+
+def file_key(spec):
+    """The config key holding one rendered file (``resolved.file.sysctl``,
+    ``resolved.file.dropin.containerd.service``)."""
+    return KEY_FILE_PREFIX + _key_part(spec["kind"] + ("." + spec["unit"] if spec.get("unit") else ""))
+
+
+def _file_interrupts(spec, settings):
+    """What the host needs when the file is rewritten although its settings did not
+    change (edited on the host), and when it is removed; never a reboot: reboots are
+    planned before the node is drained, from the settings' groups."""
+    items = [settings[sid] for sid in spec["settings"] if sid in settings]
+    drift = merge_interrupts([_apply_interrupt(s) for s in items if not s.get("reboot")])
+    removal = merge_interrupts([_removal_interrupt(s)[0] for s in items if not s.get("reboot")])
+    return drift, removal
+
+
+def package_config(resolved, files, skip=None):
+    """The controller-rendered config keys for a resolved profile.
+
+    ``files`` are the profile's files with their rendered ``content`` (see
+    ``render_files``); ``skip`` maps setting-id globs to the reason a host cannot
+    report them (their checks are reported as unverified). Returns key -> text.
+    """
+    settings = resolved["settings"]
+    config = {}
+    groups = {}
+    for sid in sorted(settings):
+        groups.setdefault(group_key(settings[sid]), []).append("%s\t%s" % (sid, settings[sid]["value"]))
+    for key, lines in groups.items():
+        config[key] = "\n".join(lines) + "\n"
+    bootloader = resolved.get("bootloader") or {"method": "none"}
+    os_id, os_version = os_release_match(resolved["os"])
+    lines = ["# NVIDIA tuning resolved by NodeWright on the controller; the package's steps read it.",
+             "name\t%s" % resolved["name"],
+             "arch\t%s" % MACHINES[resolved["arch"]],
+             "os\t%s\t%s" % (os_id, os_version),
+             "bootloader\t%s" % "\t".join([bootloader.get("method", "none")] + list(bootloader.get("update_command") or [])),
+             "cmdline\t%s" % " ".join(cmdline_tokens(resolved))]
+    for spec in files:
+        key = file_key(spec)
+        if key in config:
+            raise ValidationError("two files of profile %s share the config key %s" % (resolved["name"], key),
+                                  field="files")
+        config[key] = spec["content"]
+        flags = [f for f, on in (("reload", spec["path"].startswith("etc/systemd/")),
+                                 ("bootloader", spec["kind"] == "cmdline")) if on]
+        drift, removal = _file_interrupts(spec, settings)
+        lines.append("file\t%s\t%s\t%s\t%s\t%s" % (key, spec["path"], ",".join(flags) or "-",
+                                                   interrupt_words(drift), interrupt_words(removal)))
+    config[KEY_PROFILE] = "\n".join(lines) + "\n"
+    checks = []
+    for row in check_expectations(resolved, skip):
+        checks.append("\t".join((row["id"], row["probe"], row["rule"],
+                                 row.get("reason") or row["expected"] or "-")))
+    config[KEY_CHECKS] = "\n".join(checks) + "\n"
+    return config
+
+
+def _json_mapping(value, key):
+    if value is None or value == "":
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise ValidationError("config %s must be a JSON object, got %r (%s)" % (key, value, exc), field=key,
+                              hint='e.g. {"acs_override": true}' if key == "options" else None)
+    if not isinstance(parsed, dict):
+        raise ValidationError("config %s must be a JSON object, got %r" % (key, value), field=key)
+    return parsed
+
+
+def node_facts(node):
+    """What resolving a profile needs from a Node as the API returns it."""
+    meta = node.get("metadata") or {}
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    return {"name": meta.get("name"), "labels": dict(meta.get("labels") or {}), "os_image": info.get("osImage")}
+
+
+def dropin_units(profiles):
+    """Every systemd unit that some shipped layer gives a drop-in."""
+    units = set()
+    for name, layer in (profiles or {}).items():
+        for setting in _layer_settings(name, layer):
+            if setting["mechanism"] == "dropin":
+                units.add(setting["unit"])
+    return sorted(units)
+
+
+def _resolve_for_node(user, node, profiles, where):
+    """Resolve the profile for one node (None: no node, everything explicit)."""
+    def wanted(key):
+        value = str(user.get(key) or "auto").strip()
+        return None if value == "auto" else value
+
+    name = node["name"] if node else None
+    labels = node["labels"] if node else {}
+    options = _json_mapping(user.get("options"), "options")
+    accelerator, os_name, cloud = wanted("accelerator"), wanted("os"), wanted("cloud")
+    warnings = []
+    try:
+        if not accelerator:
+            detected = detect_accelerator(labels)
+            accelerator, warnings = detected["accelerator"], detected["warnings"]
+            if detected["form_factor"] == "pcie":
+                options = dict({"form_factor": "pcie"}, **options)
+        if not os_name:
+            os_name = os_from_os_image(node.get("os_image") if node else None)
+        if cloud is None:
+            cloud = detect_cloud(labels)
+        resolved = resolve_profile(accelerator, user.get("intent") or "performance", os_name, cloud=cloud,
+                                   options=options, profiles=profiles)
+    except ValidationError as exc:
+        raise ValidationError("%s%s" % ("node %s: " % name if name else "", exc.message), field=where,
+                              hint=exc.hint)
+    resolved["warnings"] = warnings
+    return resolved
+
+
+def plan_summary(resolved):
+    """The settings a node would get, for people (``plan.yml``)."""
+    return {
+        "profile": resolved["name"], "accelerator": resolved["accelerator"], "os": resolved["os"],
+        "cloud": resolved["cloud"], "reboot": resolved["reboot"],
+        "interrupt": merge_interrupts([s["interrupt"] for s in resolved["settings"].values()]),
+        "settings": [{"id": sid, "mechanism": s["mechanism"], "key": s["key"], "value": s["value"],
+                      "reboot": bool(s["reboot"]), "interrupt": s["interrupt"]}
+                     for sid, s in resolved["settings"].items()],
+        "skipped": [{"id": s["id"], "reason": s["reason"]} for s in resolved.get("skipped", [])],
+        "warnings": list(resolved.get("warnings") or []),
+    }
+
+
+def resolve_package_spec(spec, package, nodes, profiles, render, where=None):
+    """Render an nvidia-tuning package spec for the nodes it will run on.
+
+    ``spec`` is a package spec (``name``, ``config`` with the user keys ...),
+    ``package`` the loaded package (its ``defaultConfig`` names the user keys),
+    ``nodes`` node facts (``node_facts``), ``render(resolved, power_profile_command)``
+    returns the profile's files with their content. Every node must resolve to the
+    same profile (one spec runs on all of them). Returns ``(spec, per_node)``: the spec
+    with the ``resolved.*`` config keys, the ``interrupt`` of a first apply and the
+    ``config_interrupts`` of the groups, and per node name the ``plan_summary``. With
+    an ``auto`` input and no node the spec comes back unchanged.
+    """
+    where = where or "spec.packages.%s.configMap" % spec.get("name", PACKAGE_NAME)
+    given = dict(spec.get("config") or {})
+    user = package.effective_config({k: v for k, v in given.items() if not k.startswith(RESOLVED_PREFIX)})
+    unknown = sorted(k for k in user if k not in package.default_config)
+    if unknown:
+        raise ValidationError("unknown config key(s) %s" % ", ".join(unknown), field=where,
+                              hint="valid: %s" % ", ".join(sorted(package.default_config)))
+    skip = _json_mapping(user.get("skip_checks"), "skip_checks")
+    explicit = all(str(user.get(k) or "auto").strip() != "auto" for k in ("accelerator", "os"))
+    targets = list(nodes or []) or ([None] if explicit else [])
+    if not targets:
+        return dict(spec), {}
+    rendered, per_node, variants = {}, {}, {}
+    for node in targets:
+        resolved = _resolve_for_node(user, node, profiles, where)
+        config = package_config(resolved, render(resolved, user.get("power_profile_command")), skip)
+        identity = json.dumps(config, sort_keys=True)
+        rendered[identity] = (resolved, config)
+        variants.setdefault(identity, []).append(node["name"] if node else None)
+        if node:
+            per_node[node["name"]] = plan_summary(resolved)
+    if len(variants) > 1:
+        groups = "; ".join("%s (%s)" % (rendered[i][0]["name"], ", ".join(sorted(n for n in names if n)))
+                           for i, names in sorted(variants.items(), key=lambda kv: rendered[kv[0]][0]["name"]))
+        raise ValidationError(
+            "the targeted nodes resolve to different NVIDIA tuning profiles: %s" % groups, field=where,
+            hint="give each GPU pool its own NodeWright resource (spec.nodeSelectors), or set accelerator and os")
+    resolved, config = next(iter(rendered.values()))
+    groups = {}
+    for setting in resolved["settings"].values():
+        groups.setdefault(group_key(setting), []).append(setting["interrupt"])
+    config_interrupts = {k: v.to_dict() for k, v in package.config_interrupts.items()}
+    config_interrupts[KEY_REBOOT] = interrupt("reboot")
+    for unit in dropin_units(profiles):
+        if unit.endswith(".service"):
+            service = interrupt("service", [unit[:-len(".service")]])
+            config_interrupts[group_key({"interrupt": service})] = service
+    for key, items in groups.items():
+        if key != KEY_NOOP:
+            config_interrupts[key] = merge_interrupts(items)
+    out = dict(spec, config=dict(given, **config))
+    out["config"] = {k: v for k, v in out["config"].items()
+                     if not k.startswith(RESOLVED_PREFIX) or k in config}
+    out.setdefault("interrupt", merge_interrupts([s["interrupt"] for s in resolved["settings"].values()]))
+    out["config_interrupts"] = dict(config_interrupts, **(spec.get("config_interrupts") or {}))
+    return out, per_node
+
+
+# --------------------------------------------------------------------------------------
+# Controller side: the shipped profiles and templates. Everything above is pure; these
+# read files and need PyYAML and Jinja2, which come with Ansible on the controller.
+
+ROLE_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                         "roles", "nvidia_tuning"))
+PROFILES_DIR = os.path.join(ROLE_DIR, "files", "profiles")
+TEMPLATES_DIR = os.path.join(ROLE_DIR, "templates")
+PACKAGE_DIR = os.path.normpath(os.path.join(ROLE_DIR, "..", "..", "packages", PACKAGE_NAME))
+
+
+def load_profiles(profiles_dir=None):
+    """Read every ``*.yml`` layer under ``profiles_dir``; names are paths without ``.yml``."""
+    import yaml
+
+    root = os.path.abspath(profiles_dir or PROFILES_DIR)
+    if not os.path.isdir(root):
+        raise ValidationError("tuning profiles directory %s does not exist" % root, field="profiles_dir")
+    layers = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            stem, ext = os.path.splitext(filename)
+            if ext not in (".yml", ".yaml"):
+                continue
+            path = os.path.join(dirpath, filename)
+            name = os.path.relpath(os.path.join(dirpath, stem), root).replace(os.sep, "/")
+            try:
+                with open(path) as handle:
+                    data = yaml.safe_load(handle) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise ValidationError("cannot read tuning profile %s: %s" % (path, exc), field="profiles_dir")
+            if not isinstance(data, dict):
+                raise ValidationError("tuning profile %s is not a mapping" % path, field="profiles_dir")
+            if name in layers:
+                raise ValidationError("tuning profile %s is defined twice (.yml and .yaml)" % name,
+                                      field="profiles_dir")
+            layers[name] = data
+    return layers
+
+
+def render_files(resolved, power_profile_command=None, templates_dir=None):
+    """The profile's files (``render_plan``) with their ``content``, rendered from the
+    role's templates: the role and the package write the same bytes."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir or TEMPLATES_DIR), trim_blocks=True,
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    out = []
+    for spec in resolved["files"]:
+        content = env.get_template(spec["template"]).render(
+            nvidia_tuning_profile=resolved, item=spec,
+            nvidia_tuning_power_profile_command=power_profile_command or DEFAULT_POWER_PROFILE_COMMAND)
+        out.append(dict(spec, content=content if content.endswith("\n") else content + "\n"))
+    return out
+
+
+def package_spec_for_nodes(spec, nodes, package=None, profiles_dir=None, templates_dir=None):
+    """``resolve_package_spec`` with the shipped profiles, templates and package."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
+
+    package = package or load_package(spec.get("src") or PACKAGE_DIR)
+    profiles = load_profiles(profiles_dir)
+    return resolve_package_spec(spec, package, nodes, profiles,
+                                lambda resolved, command: render_files(resolved, command, templates_dir))

@@ -91,70 +91,22 @@ msg:
 """
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import gating, markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
 from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
 
 NODEWRIGHTS_PATH = "/apis/%s/%s/nodewrights" % (markers.API_GROUP, markers.API_VERSION)
 
 
-def _patch_taint(core, name, node, present, key):
-    """Write the taint list; on a conflict (the node changed meanwhile) read it again once."""
-    for attempt in (1, 2):
-        patch = gating.taint_patch(node, present, key)
-        if patch is None:
-            return node, False
-        try:
-            node_ops.patch_node(core, name, patch)
-            return node_ops.get_node(core, name), True
-        except ClusterError as exc:
-            if (exc.details or {}).get("status") != 409 or attempt == 2:
-                raise
-            node = node_ops.get_node(core, name)
-    return node, False  # pragma: no cover
-
-
 def run(module):
     p = module.params
     api = module.api_client()
     core = node_ops.core_api(api)
-    name, key = p["name"], p["taint_key"]
-    node = node_ops.get_node(core, name)
     if p["state"] == "present":
-        patch = gating.taint_patch(node, True, key)
-        if patch and not module.check_mode:
-            node, _ = _patch_taint(core, name, node, True, key)
-            node_ops.emit_event(core, name, markers.EVENT_BLOCKED, "taint %s added: workloads wait until "
-                                "NodeWright has prepared the node" % key)
-        return {"changed": bool(patch), "action": "taint" if patch else "none", "tainted": True, "resources": [],
-                "msg": "tainted with %s" % key if patch else "already tainted with %s" % key}
-
+        return gating.add_taint(core, p["name"], p["taint_key"], check_mode=module.check_mode)
     resources = p["resources"]
     if resources is None:
         resources = get_json(api, NODEWRIGHTS_PATH, "list NodeWright resources").get("items", [])
-    decision = gating.decide(node, resources, key)
-    changed = False
-    tainted = decision["tainted"]
-    if decision["action"] == gating.OPEN:
-        changed = True
-        tainted = False
-        if not module.check_mode:
-            node, _ = _patch_taint(core, name, node, False, key)
-    condition = gating.gate_condition(node, decision)
-    cond_patch = None
-    if condition:
-        cond_patch = node_ops.condition_patch(node, condition["type"], condition["status"], condition["reason"],
-                                              condition["message"])
-    if cond_patch:
-        changed = True
-        if not module.check_mode:
-            node_ops.patch_node_status(core, name, cond_patch)
-    # An Event for a change only, so that reruns do not repeat it.
-    event = decision.get("event")
-    if event and (decision["action"] == gating.OPEN or cond_patch) and not module.check_mode:
-        node_ops.emit_event(core, name, event["reason"], event["message"], event["type"])
-    return {"changed": changed, "action": decision["action"], "tainted": tainted,
-            "resources": decision["resources"], "msg": decision["message"]}
+    return gating.enforce(core, p["name"], resources, p["taint_key"], check_mode=module.check_mode)
 
 
 ARGUMENT_SPEC = dict(

@@ -371,19 +371,14 @@ class _TemplatedVariables(object):
     """``get(name)`` templates only values that hold a template (most labels are plain text,
     and values read from the API are never trusted as templates)."""
 
-    _probe = None
-
-    def __init__(self, variables, loader):
+    def __init__(self, variables, loader, probe):
         self._variables = variables
         self._loader = loader
+        self._probe = probe
 
     def get(self, name, default=None):
         value = self._variables.get(name, default)
-        if value is None:
-            return value
-        if _TemplatedVariables._probe is None:
-            _TemplatedVariables._probe = Templar(loader=self._loader)
-        if _TemplatedVariables._probe.is_template(value):
+        if value is not None and self._probe.is_template(value):
             value = Templar(loader=self._loader, variables=self._variables).template(value)
         return value
 
@@ -395,6 +390,7 @@ class StrategyModule(LinearStrategyModule):
         super(StrategyModule, self).__init__(tqm)
         # Where this play's record sits in the custom stat (one entry per rollout play).
         self._nw_slot = None
+        self._nw_probe = None  # a Templar that only tells templates from plain values
 
     # ------------------------------------------------------------------ inputs
 
@@ -406,8 +402,10 @@ class StrategyModule(LinearStrategyModule):
 
     def _host_variables(self, host_name):
         """A host's variables as ``hostvars[host]`` gives them to a task, templated on access."""
+        if self._nw_probe is None:
+            self._nw_probe = Templar(loader=self._loader)
         variables = self._variable_manager.get_vars(host=self._inventory.get_host(host_name), include_hostvars=False)
-        return _TemplatedVariables(variables, self._loader)
+        return _TemplatedVariables(variables, self._loader, self._nw_probe)
 
     # ------------------------------------------------------------------ run
 
@@ -494,10 +492,10 @@ class StrategyModule(LinearStrategyModule):
                 if result & self._tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
                     why = ("max_fail_percentage reached" if result & self._tqm.RUN_FAILED_BREAK_PLAY
                            else "meta: end_play")
-                    record.finish("stopped", "the play ended the rollout after wave %d (%s)" % (wave.number, why))
+                    self._stopped(record, "the play ended the rollout after wave %d (%s)" % (wave.number, why))
                     return result
                 if failed and iterator._play.any_errors_fatal:
-                    record.finish("stopped", "wave %d failed and the play sets any_errors_fatal" % wave.number)
+                    self._stopped(record, "wave %d failed and the play sets any_errors_fatal" % wave.number)
                     return result | self._tqm.RUN_FAILED_BREAK_PLAY
                 continue
 
@@ -524,6 +522,13 @@ class StrategyModule(LinearStrategyModule):
             elif decision.status == COMPLETE:
                 display.display("NodeWright rollout: %s" % decision.reason, color=C.COLOR_OK)
             return result
+
+    def _stopped(self, record, why):
+        untouched = record.untouched()
+        if untouched:
+            why += "; %d node(s) were never admitted: %s" % (len(untouched), _names(untouched))
+        record.finish("stopped", why)
+        display.warning("NodeWright rollout stopped: %s" % why)
 
     def _wait_for(self, moment, reason):
         display.display("NodeWright rollout: %s; waiting" % reason, color=C.COLOR_WARN)

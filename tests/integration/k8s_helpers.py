@@ -61,3 +61,31 @@ def host_result(proc, host, task_name):
 
 def node_pods(sim, node):
     return [p for p in sim.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items]
+
+
+def ensure_crds(sim):
+    """Install deploy/crds/*.yaml on the simulator (idempotent) and wait until Established."""
+    import glob
+    import os
+
+    import yaml
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ext = client.ApiextensionsV1Api(sim.api)
+    names = []
+    for path in sorted(glob.glob(os.path.join(repo, "deploy", "crds", "*.yaml"))):
+        crd = yaml.safe_load(open(path))
+        names.append(crd["metadata"]["name"])
+        try:
+            ext.create_custom_resource_definition(crd)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def established():
+        for n in names:
+            conds = ext.read_custom_resource_definition(n).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conds):
+                return False
+        return True
+    wait_for(established, what="CRDs established")
+    return client.CustomObjectsApi(sim.api)

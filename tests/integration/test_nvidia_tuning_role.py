@@ -65,7 +65,8 @@ class HostRoot(object):
             "hosts": "localhost", "connection": "local", "gather_facts": False,
             "vars": dict({"ansible_python_interpreter": sys.executable,
                           "nvidia_tuning_host_root": str(self.root),
-                          "nvidia_tuning_update_bootloader": False}, **role_vars),
+                          "nvidia_tuning_update_bootloader": False,
+                          "nvidia_tuning_reload_systemd": False}, **role_vars),
             "tasks": [
                 {"name": "Run the role", "ansible.builtin.include_role": {
                     "name": "nodewright.fleet.nvidia_tuning", "tasks_from": tasks_from}},

@@ -10,6 +10,11 @@ sim_sysctl_set() { # key value
     echo "sysctl: cannot stat $p: No such file or directory" >&2
     return 1
   fi
+  # Numeric parameters take numbers only, as the kernel does (EINVAL otherwise).
+  if grep -qE '^[-0-9[:space:]]+$' "$p" && ! printf '%s' "$2" | grep -qE '^[[:space:]]*-?[0-9]+([[:space:]]+-?[0-9]+)*[[:space:]]*$'; then
+    echo "sysctl: setting key \"$1\": Invalid argument" >&2
+    return 1
+  fi
   printf '%s\n' "$2" > "$p"
 }
 sim_sysctl_apply_file() { # file

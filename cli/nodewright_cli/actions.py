@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""``nodewright pause|resume|disable|enable NAME``, ``ignore NODE`` and ``reset NODE``.
+
+Each action only changes annotations and labels (the keys of ``markers``): a
+resource's pause/disable annotation, a node's ignore label, a node's NodeWright
+status labels and state annotations. Nothing is cordoned, drained or run; the
+reconciler (or the next rollout) acts on the new marks. The patch builders are pure.
+"""
+
+from __future__ import annotations
+
+from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
+
+RESOURCE_ANNOTATIONS = {
+    "pause": (markers.ANNOTATION_PAUSE, "true"),
+    "resume": (markers.ANNOTATION_PAUSE, None),
+    "disable": (markers.ANNOTATION_DISABLE, "true"),
+    "enable": (markers.ANNOTATION_DISABLE, None),
+}
+
+
+def resource_patch(resource, action):
+    """Merge patch of a NodeWright resource for pause/resume/disable/enable, or None."""
+    key, value = RESOURCE_ANNOTATIONS[action]
+    current = ((resource.get("metadata") or {}).get("annotations") or {}).get(key)
+    if current == value:
+        return None
+    return {"metadata": {"annotations": {key: value}}}
+
+
+def ignore_patch(node, undo=False):
+    """Label patch that makes NodeWright leave a node alone (or take it back), or None."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if undo:
+        return {"metadata": {"labels": {markers.LABEL_IGNORE: None}}} if markers.LABEL_IGNORE in labels else None
+    if labels.get(markers.LABEL_IGNORE) == "true":
+        return None
+    return {"metadata": {"labels": {markers.LABEL_IGNORE: "true"}}}
+
+
+def recorded_resources(node):
+    """Resources NodeWright has marks for on this node (state annotations, status labels)."""
+    meta = node.get("metadata") or {}
+    found = {k[len(markers.ANNOTATION_STATE_PREFIX):] for k in (meta.get("annotations") or {})
+             if k.startswith(markers.ANNOTATION_STATE_PREFIX)}
+    found |= {k[len(markers.LABEL_STATUS) + 1:] for k in (meta.get("labels") or {})
+              if k.startswith(markers.LABEL_STATUS + "-")}
+    return sorted(found)
+
+
+def reset_patch(node, resource=None):
+    """Patch that forgets NodeWright's record of ``resource`` on the node (of every
+    resource when None, and then the blocked-by note too): status labels and state
+    annotations. The cordon record stays: a node NodeWright cordoned must still be
+    uncordoned by it."""
+    if resource:
+        return node_ops.clear_marks_patch(node, resource)
+    meta = node.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    out_labels = {k: None for k in labels if k.startswith(markers.LABEL_STATUS + "-")}
+    out_annotations = {k: None for k in annotations if k.startswith(markers.ANNOTATION_STATE_PREFIX)}
+    if markers.LABEL_STATUS in labels:
+        out_labels[markers.LABEL_STATUS] = None
+    if markers.ANNOTATION_BLOCKED_BY in annotations:
+        out_annotations[markers.ANNOTATION_BLOCKED_BY] = None
+    out = {k: v for k, v in (("labels", out_labels), ("annotations", out_annotations)) if v}
+    return {"metadata": out} if out else None
+
+
+def apply_resource_action(cluster, name, action, dry_run=False):
+    resource = cluster.nodewright(name)
+    patch = resource_patch(resource, action)
+    if patch and not dry_run:
+        cluster.patch_nodewright(name, patch)
+    return patch
+
+
+def apply_node_patch(cluster, name, build, dry_run=False, **kwargs):
+    node = cluster.node(name)
+    patch = build(node, **kwargs)
+    if patch and not dry_run:
+        cluster.patch_node(name, patch)
+    return patch

@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The fleet at a glance: per resource, its nodes with their package states, why a
+node or a resource is blocked, and which nodes the next wave takes.
+
+``fleet_view`` is what the reconciler decides with too: every resource described by
+``desired_state`` (targets, per-node plans, the policy's planned waves), the
+resources that cannot be rolled out and why, and the nodes whose state annotation
+is malformed. Pure functions over the objects the API returns.
+"""
+
+from __future__ import annotations
+
+from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state, gating, markers, node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
+
+
+def _name(obj):
+    return ((obj or {}).get("metadata") or {}).get("name") or "?"
+
+
+def fleet_view(resources, nodes, policies, package_dirs):
+    """``{rollouts: [(resource, described)], blocked: [(resource, reason)],
+    malformed: {node: {resource: error}}}``, resources in priority order."""
+    rollouts, blocked = [], []
+    for resource in desired_state.order_resources(resources):
+        try:
+            rollouts.append((resource, desired_state.describe(resource, nodes, policies, package_dirs)))
+        except NodeWrightError as exc:
+            blocked.append((resource, str(exc)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            blocked.append((resource, "cannot be read: %s" % exc))
+    malformed = {}
+    for node in nodes:
+        for resource in resources:
+            state = node_ops.read_state(node, _name(resource))
+            if "error" in state:
+                malformed.setdefault(_name(node), {})[_name(resource)] = state["error"]
+    return {"rollouts": rollouts, "blocked": blocked, "malformed": malformed}
+
+
+def _conditions(node):
+    return {c.get("type"): c for c in ((node.get("status") or {}).get("conditions") or [])}
+
+
+def node_notes(node, resource_name, taint_key=markers.TAINT_RUNTIME_REQUIRED):
+    """Why a node is where it is, for people: blocked reasons, errors, cordon, taint."""
+    notes = []
+    state = node_ops.read_state(node, resource_name)
+    if "error" in state:
+        notes.append(state["error"])
+    elif state.get("reason") and state.get("status") in (markers.STATUS_ERRORING, markers.STATUS_BLOCKED,
+                                                         markers.STATUS_IN_PROGRESS):
+        notes.append("%s: %s" % (state.get("step", state.get("status")), str(state["reason"]).splitlines()[0]))
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(markers.ANNOTATION_BLOCKED_BY):
+        notes.append("blocked by %s" % annotations[markers.ANNOTATION_BLOCKED_BY])
+    conditions = _conditions(node)
+    for ctype in (markers.CONDITION_ERRORING, markers.CONDITION_BLOCKED, markers.CONDITION_DRIFT):
+        cond = conditions.get(ctype)
+        if cond and cond.get("status") == "True":
+            notes.append("%s: %s" % (ctype.split("/", 1)[1], cond.get("message", "")))
+    cordon = node_ops.cordon_state(node)
+    if cordon != "uncordoned":
+        notes.append(cordon.replace("_", " "))
+    if gating.has_taint(node, taint_key):
+        notes.append("tainted %s" % taint_key)
+    return notes
+
+
+def _packages(node, resource_name):
+    state = node_ops.read_state(node, resource_name)
+    out = []
+    for name, entry in sorted((state.get("packages") or {}).items()):
+        if isinstance(entry, dict):
+            out.append({"name": name, "version": entry.get("version"), "stage": entry.get("stage"),
+                        "state": entry.get("state")})
+    return out
+
+
+def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNTIME_REQUIRED, only=None):
+    """The status as data (what ``nodewright status --json`` prints)."""
+    view = fleet_view(resources, nodes, policies, package_dirs)
+    by_name = {_name(n): n for n in nodes}
+    out = {"resources": [], "blocked": [], "ignored": sorted(_name(n) for n in nodes
+                                                            if is_ignored((n.get("metadata") or {}).get("labels")))}
+    for resource, described in view["rollouts"]:
+        name = described["name"]
+        if only and name != only:
+            continue
+        waves = described["waves"].get("waves") or []
+        rows = []
+        for target in described["targets"]:
+            node = by_name[target]
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            plan = described["nodes"].get(target) or {}
+            rows.append({"node": target, "status": labels.get(markers.status_label(name)) or markers.STATUS_UNKNOWN,
+                         "packages": _packages(node, name),
+                         "work": {p: a for p, a in sorted((plan.get("actions") or {}).items()) if a != "none"},
+                         "next_wave": bool(waves) and target in waves[0]["nodes"],
+                         "notes": node_notes(node, name, taint_key)})
+        status = (resource.get("status") or {}).get("status") or markers.STATUS_UNKNOWN
+        if described["paused"]:
+            status = "paused"
+        elif described["disabled"]:
+            status = "disabled"
+        complete = sum(1 for r in rows if r["status"] == markers.STATUS_COMPLETE)
+        out["resources"].append({
+            "name": name, "priority": described["priority"], "status": status,
+            "policy": described["policy_name"] or "interruptionBudget", "runtime_required":
+                described["runtime_required"], "complete": complete, "targets": len(rows),
+            "work": len(described["work"]),
+            "next_wave": waves[0]["nodes"] if waves else [],
+            "waves": [len(w["nodes"]) for w in waves],
+            "plan": "%s: %s" % (described["waves"].get("status"), described["waves"].get("reason", "")),
+            "nodes": rows})
+    for resource, reason in view["blocked"]:
+        if only and _name(resource) != only:
+            continue
+        out["blocked"].append({"name": _name(resource), "reason": reason})
+    return out
+
+
+def _packages_text(packages):
+    if not packages:
+        return "-"
+    return ", ".join("%s %s %s/%s" % (p["name"], p["version"], p["stage"], p["state"]) for p in packages)
+
+
+def render(data):
+    """``nodewright status`` for people."""
+    lines = []
+    for r in data["resources"]:
+        lines.append("NodeWright %s  priority %d  status %s  policy %s  complete %d/%d%s" % (
+            r["name"], r["priority"], r["status"], r["policy"], r["complete"], r["targets"],
+            "  runtimeRequired" if r["runtime_required"] else ""))
+        if r["status"] == "paused":
+            lines.append("  paused: no node starts until `nodewright resume %s`" % r["name"])
+        elif r["status"] == "disabled":
+            lines.append("  disabled: skipped until `nodewright enable %s`" % r["name"])
+        if r["next_wave"]:
+            lines.append("  next wave: %s  (waves of %s)" % (", ".join(r["next_wave"]),
+                                                             ", ".join(str(n) for n in r["waves"])))
+        else:
+            lines.append("  next wave: none (%s)" % r["plan"])
+        rows = [("NODE", "STATUS", "PACKAGES", "NEXT", "NOTES")]
+        for n in r["nodes"]:
+            rows.append((n["node"], n["status"], _packages_text(n["packages"]),
+                         "yes" if n["next_wave"] else "", "; ".join(n["notes"])))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        for row in rows:
+            lines.append(("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4]).rstrip())
+        lines.append("")
+    for b in data["blocked"]:
+        lines.append("NodeWright %s  status blocked: %s" % (b["name"], b["reason"]))
+    if data["ignored"]:
+        lines.append("ignored nodes (%s=true): %s" % (markers.LABEL_IGNORE, ", ".join(data["ignored"])))
+    if not data["resources"] and not data["blocked"]:
+        lines.append("no NodeWright resources")
+    return "\n".join(lines).rstrip() + "\n"

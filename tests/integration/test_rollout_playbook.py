@@ -1,0 +1,175 @@
+"""The main job end to end on the simulator: NodeWright and DeploymentPolicy
+resources in the cluster, the k8s_nodes inventory, playbooks/rollout.yml under the
+rollout strategy, packages run in the nodes' host roots, markers and resource status
+written; plan.yml predicts what rollout.yml then does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+from nodewright_sim import hostroot
+
+from k8s_helpers import ensure_crds
+
+pytestmark = pytest.mark.integration
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KUBECTL = os.path.expanduser("~/.cache/nodewright/bin/kubectl")
+GROUP, VERSION = "nodewright.io", "v1alpha1"
+
+
+class Fleet(object):
+    """A labelled set of fresh simulator nodes, an inventory that selects them, and runners."""
+
+    def __init__(self, sim, tmp_path, pools):
+        self.sim = sim
+        self.tmp = tmp_path
+        self.label = "rollout-test-%s" % uuid.uuid4().hex[:6]
+        self.nodes = []
+        for pool, count in pools:
+            self.nodes += sim.add_nodes(pool, count)
+        for n in self.nodes:
+            sim.core.patch_node(n, {"metadata": {"labels": {"rollout-test": self.label}}})
+        self.custom = ensure_crds(sim)
+        (tmp_path / "fleet.k8s_nodes.yml").write_text(yaml.safe_dump({
+            "plugin": "nodewright.fleet.k8s_nodes", "label_selectors": "rollout-test=%s" % self.label,
+            "connection": "local"}))
+
+    def create(self, kind, name, spec):
+        plural = {"NodeWright": "nodewrights", "DeploymentPolicy": "deploymentpolicies"}[kind]
+        body = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": kind, "metadata": {"name": name}, "spec": spec}
+        self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+
+    def resource(self, name):
+        return self.custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", name)
+
+    def playbook(self, playbook, *extra):
+        env = self.sim.env()
+        env.update({"ANSIBLE_CALLBACKS_ENABLED": "nodewright.fleet.report",
+                    "NODEWRIGHT_REPORT_PATH": str(self.tmp / "report.json"), "ANSIBLE_LOCALHOST_WARNING": "false",
+                    "ANSIBLE_DEPRECATION_WARNINGS": "false", "ANSIBLE_FORKS": "10"})
+        cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+               str(self.tmp / "fleet.k8s_nodes.yml"), os.path.join(REPO, "playbooks", playbook)] + list(extra)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        try:
+            proc.report = json.loads((self.tmp / "report.json").read_text())
+        except (OSError, ValueError):
+            proc.report = None
+        return proc
+
+    def plan(self, resource):
+        path = self.tmp / "plan.json"
+        proc = self.playbook("plan.yml", "-e", "nodewright_resource=%s" % resource,
+                             "-e", "nodewright_plan_path=%s" % path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return json.loads(path.read_text())["rollouts"][0]
+
+    def sysctl(self, node, key):
+        return hostroot.run(self.sim.host_root(node), "sysctl -n %s" % key).stdout.strip()
+
+    def node_labels(self, node):
+        return self.sim.core.read_node(node).metadata.labels or {}
+
+
+def waves_from_report(report):
+    """Wave membership (sorted node names per wave) as the strategy recorded it."""
+    waves = {}
+    for run in report.get("rollout") or []:
+        for node, where in run.get("assignment", {}).items():
+            waves.setdefault(where["wave"], []).append(node)
+    return [sorted(waves[k]) for k in sorted(waves)]
+
+
+def sysctl_resource(fleet, policy, value="262144", interrupt=None):
+    spec = {"nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}}, "deploymentPolicy": policy,
+            "packages": {"sysctl": {"version": "1.0.0", "configMap": {"vm.max_map_count": value}}}}
+    if interrupt:
+        spec["packages"]["sysctl"]["interrupt"] = interrupt
+    return spec
+
+
+def test_rollout_follows_the_plan_and_publishes_status(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h100", 2), ("h200", 2)])
+    policy, res = "lin-" + fleet.label, "tune-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}, "strategy": {
+        "linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 1}}}})
+    fleet.create("NodeWright", res, sysctl_resource(fleet, policy,
+                                                    interrupt={"type": "service", "services": ["containerd"]}))
+    plan = fleet.plan(res)
+    planned = [sorted(w["nodes"]) for w in plan["waves"]["waves"]]
+    assert [len(w) for w in planned] == [1, 2, 1]
+    assert {p["action"] for n in plan["nodes"].values() for p in n["packages"]} == {"apply"}
+    assert all(n["interrupt"] == {"type": "service", "services": ["containerd"]} for n in plan["nodes"].values())
+
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert waves_from_report(proc.report) == planned
+    for node in fleet.nodes:
+        assert fleet.sysctl(node, "vm.max_map_count") == "262144"
+        assert fleet.node_labels(node)["nodewright.io/status-%s" % res] == "complete"
+        assert not sim.core.read_node(node).spec.unschedulable
+        restarts = hostroot.run(sim.host_root(node), "cat /run/nodewright-sim/units/containerd.service.restarts")
+        assert restarts.stdout.strip(), "containerd was not restarted on %s" % node
+    status = fleet.resource(res)["status"]
+    assert status["status"] == "complete" and status["completeNodes"] == "4/4"
+    assert status["packageList"] == "sysctl:1.0.0"
+    assert set(status["nodeStatus"].values()) == {"complete"}
+    out = subprocess.run([KUBECTL, "get", "nodewrights", res, "--no-headers"], capture_output=True, text=True,
+                         env=sim.env()).stdout.split()
+    assert out[:5] == [res, "complete", "200", "0", "4/4"] and "sysctl:1.0.0" in out
+
+    # Nothing left to do: a second run admits no node.
+    again = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert not [h for h in again.report["hosts"] if h != "localhost"]
+
+    # A config change reruns config only (no reapply), under the same safe sequence.
+    body = {"spec": {"packages": {"sysctl": {"version": "1.0.0", "configMap": {"vm.max_map_count": "524288"},
+                                             "interrupt": {"type": "service", "services": ["containerd"]}}}}}
+    fleet.custom.patch_cluster_custom_object(GROUP, VERSION, "nodewrights", res, body)
+    plan = fleet.plan(res)
+    assert {p["action"] for n in plan["nodes"].values() for p in n["packages"]} == {"config"}
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert {fleet.sysctl(n, "vm.max_map_count") for n in fleet.nodes} == {"524288"}
+
+
+def test_failing_canary_halts_the_rollout_and_leaves_other_nodes_untouched(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("b200", 3)])
+    policy, res = "canary-" + fleet.label, "bad-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}, "strategy": {
+        "exponential": {"initialBatch": 1, "growthFactor": 2, "failureThreshold": 1, "safetyLimit": 50}}}})
+    fleet.create("NodeWright", res, sysctl_resource(fleet, policy, value="not-a-number"))
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode != 0
+    assert "halted" in proc.stdout + proc.stderr
+    waves = waves_from_report(proc.report)
+    assert len(waves) == 1 and len(waves[0]) == 1
+    canary = waves[0][0]
+    assert fleet.node_labels(canary)["nodewright.io/status-%s" % res] == "erroring"
+    for node in fleet.nodes:
+        if node != canary:
+            labels = fleet.node_labels(node)
+            assert "nodewright.io/status-%s" % res not in labels
+            assert "nodewright.io/state-%s" % res not in (sim.core.read_node(node).metadata.annotations or {})
+            assert node not in proc.report["hosts"]
+
+
+def test_missing_policy_leaves_the_resource_blocked_with_the_reason(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h100", 1)])
+    res = "orphan-" + fleet.label
+    fleet.create("NodeWright", res, sysctl_resource(fleet, "no-such-policy"))
+    proc = fleet.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    status = fleet.resource(res)["status"]
+    assert status["status"] == "blocked"
+    assert "no-such-policy" in status["message"]
+    blocked = [c for c in status["conditions"] if c["type"] == "Blocked"][0]
+    assert blocked["status"] == "True"
+    assert "nodewright.io/status-%s" % res not in fleet.node_labels(fleet.nodes[0])
