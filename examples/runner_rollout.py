@@ -59,7 +59,8 @@ def main(argv=None):
     args = parse_args(argv)
     root = find_collection_root()
     playbook = os.path.join(root, *COLLECTION, "playbooks", "rollout.yml")
-    private = args.private_data_dir or tempfile.mkdtemp(prefix="nodewright-runner-")
+    private = os.path.abspath(args.private_data_dir or tempfile.mkdtemp(prefix="nodewright-runner-"))
+    os.makedirs(private, exist_ok=True)
     report_path = os.path.join(private, "nodewright-report.json")
     extravars = dict(v.split("=", 1) for v in args.extra_var)
 

@@ -100,6 +100,9 @@ def build_parser():
                      help="serve Prometheus metrics on this port (0: off)")
     rec.add_argument("--metrics-address", default="0.0.0.0")
     rec.add_argument("--taint-key", default=_env("NODEWRIGHT_TAINT_KEY", markers.TAINT_RUNTIME_REQUIRED))
+    rec.add_argument("--resource-selector", default=_env("NODEWRIGHT_RESOURCE_SELECTOR", None),
+                     help="only the NodeWright resources with these labels (kubectl -l syntax); each is then "
+                          "rolled out by name")
     rec.add_argument("--package-dir", action="append", default=[], help="more package directories (repeatable)")
     rec.add_argument("-e", "--extra-vars", action="append", default=[],
                      help="extra variables for the rollout: KEY=VALUE, JSON, or @file (repeatable)")
@@ -117,6 +120,7 @@ def build_parser():
                     choices=["k8s", "kubernetes", "ssh", "local"])
     dr.add_argument("--workdir")
     dr.add_argument("--json", action="store_true")
+    dr.add_argument("--resource-selector", help="only the NodeWright resources with these labels")
 
     for verb, text in (("pause", "stop starting nodes for a NodeWright resource"),
                        ("resume", "undo pause"), ("disable", "skip a NodeWright resource (later ones proceed)"),
@@ -160,7 +164,7 @@ def cmd_reconcile(args):
                    metrics_address=args.metrics_address, inventory=args.inventory and os.path.abspath(args.inventory),
                    connection=args.connection, workdir=args.workdir and os.path.abspath(args.workdir),
                    taint_key=args.taint_key, package_dirs=[os.path.abspath(d) for d in args.package_dir],
-                   extravars=_extravars(args.extra_vars))
+                   extravars=_extravars(args.extra_vars), resource_selector=args.resource_selector)
     rec = Reconciler(_cluster(args), opts)
     rec.run_playbook = _with_env(rec.run_playbook, _child_env(args))
     if args.once:
@@ -195,7 +199,7 @@ def cmd_drift(args):
     from nodewright_cli.reconciler import Options, Reconciler
     opts = Options(drift_reapply=args.reapply, inventory=args.inventory and os.path.abspath(args.inventory),
                    connection=args.connection, workdir=args.workdir and os.path.abspath(args.workdir),
-                   drift_interval=0)
+                   drift_interval=0, resource_selector=args.resource_selector)
     rec = Reconciler(_cluster(args), opts)
     rec.run_playbook = _with_env(rec.run_playbook, _child_env(args))
     if not rec.check_permissions():

@@ -47,6 +47,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as
 from ansible_collections.nodewright.fleet.plugins.module_utils.desired_state import targeted_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import compute_status
+from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import parse_label_selector
 
 LOG = logging.getLogger("nodewright.reconcile")
 
@@ -76,6 +77,7 @@ class Options(object):
         self.taint_key = markers.TAINT_RUNTIME_REQUIRED
         self.package_dirs = []
         self.extravars = {}
+        self.resource_selector = None
         for key, value in kwargs.items():
             if not hasattr(self, key):
                 raise TypeError("unknown reconciler option %s" % key)
@@ -150,6 +152,8 @@ class Reconciler(object):
         self.workdir = options.workdir or os.path.join(os.environ.get("HOME", "/tmp"), ".nodewright", "reconcile")
         self.inventory = options.inventory or runner.default_inventory(self.workdir, options.connection)
         self.package_dirs = list(options.package_dirs) + collection.shipped_package_dirs()
+        self.selector = parse_label_selector(options.resource_selector, "--resource-selector") \
+            if options.resource_selector else None
         self.queue = queue.Queue()
         self.stopping = threading.Event()
         self.stop_requested_at = None
@@ -308,6 +312,14 @@ class Reconciler(object):
         if relevant_change(kind, old, obj):
             self._dirty("%s %s %s" % (kind, name, etype.lower()))
 
+    def managed(self):
+        """The NodeWright resources this reconciler rolls out: all, or those whose labels
+        match ``--resource-selector`` (one reconciler per team or per fleet)."""
+        resources = list(self.caches["nodewrights"].values())
+        if self.selector is None:
+            return resources
+        return [r for r in resources if self.selector.matches((r.get("metadata") or {}).get("labels") or {})]
+
     # --------------------------------------------------------------------- new nodes
     def _node_added(self, node):
         if "nodewrights" not in self.synced:
@@ -325,7 +337,7 @@ class Reconciler(object):
     def _auto_taint(self, node):
         if not self.permission_ok:
             return
-        ok, why = gating.should_auto_taint(node, list(self.caches["nodewrights"].values()),
+        ok, why = gating.should_auto_taint(node, self.managed(),
                                            datetime.datetime.now(datetime.timezone.utc),
                                            self.opts.new_node_window, self.opts.taint_key)
         if not ok:
@@ -349,14 +361,14 @@ class Reconciler(object):
         self.passes += 1
         reasons, self.dirty_since = self.dirty_reasons, None
         nodes = list(self.caches["nodes"].values())
-        resources = list(self.caches["nodewrights"].values())
-        view = status.fleet_view(resources, nodes, self.caches["deploymentpolicies"], self.package_dirs)
+        managed = self.managed()
+        view = status.fleet_view(managed, nodes, self.caches["deploymentpolicies"], self.package_dirs)
         self._surface_resources(view, nodes)
         self._surface_malformed(view["malformed"], nodes)
         work = work_of(view)
         busy = {n for names in work.values() for n in names} | set(view["malformed"])
         if not (self.worker is not None and self.worker.is_alive()):
-            self._open_ready_gates(nodes, resources, busy)  # the run in progress opens its own nodes' gates
+            self._open_ready_gates(nodes, managed, busy)  # the run in progress opens its own nodes' gates
         self._update_metrics(view, nodes)
         if work:
             self._maybe_run(view, work, reasons, run_inline)
@@ -440,13 +452,16 @@ class Reconciler(object):
             except NodeWrightError as exc:
                 LOG.error("could not mark node %s: %s", node_name, exc)
 
-    def _open_ready_gates(self, nodes, resources, busy):
+    def _open_ready_gates(self, nodes, managed, busy):
         """Tainted nodes that the rollout will not visit: open the gate when it is ready
         (e.g. a node that was re-tainted, or finished before it was tainted), or say
-        why it stays closed."""
+        why it stays closed. Only nodes a managed runtimeRequired resource targets; the
+        decision weighs every resource."""
+        resources = list(self.caches["nodewrights"].values())
         for node in nodes:
             name = _name(node)
-            if name in busy or not gating.has_taint(node, self.opts.taint_key):
+            if name in busy or not gating.has_taint(node, self.opts.taint_key) \
+                    or not gating.gating_resources(managed, node):
                 continue
             decision = gating.decide(node, resources, self.opts.taint_key)
             if decision["action"] != gating.OPEN and not gating.gate_condition(node, decision):
@@ -477,14 +492,24 @@ class Reconciler(object):
         LOG.info("starting a rollout for %s (after %s)", summary, ", ".join(reasons[:5]) or "a resync")
         limit = rollout_limit(view["malformed"])
         extravars = dict(self.opts.extravars, nodewright_taint_key=self.opts.taint_key)
+        # Every resource in one run (a node gets its resources in one maintenance), or,
+        # when this reconciler manages a selection, each of its resources by name.
+        names = [None] if self.selector is None else \
+            [d["name"] for _r, d in view["rollouts"] if d["name"] in work]
 
         def job():
-            try:
-                result = self.run_playbook(collection.playbook("rollout.yml"), "rollout", self.inventory,
-                                           self.workdir, extravars=extravars, limit=limit, cancel=self._cancel_run)
-            except Exception as exc:  # noqa: BLE001 - reported; the reconciler keeps going
-                result = exc
-            self.queue.put(("run-done", fingerprint, result))
+            results = []
+            for name in names:
+                if self.stopping.is_set():
+                    break
+                try:
+                    results.append(self.run_playbook(
+                        collection.playbook("rollout.yml"), "rollout", self.inventory, self.workdir,
+                        extravars=dict(extravars, nodewright_resource=name) if name else extravars, limit=limit,
+                        cancel=self._cancel_run))
+                except Exception as exc:  # noqa: BLE001 - reported; the reconciler keeps going
+                    results.append(exc)
+            self.queue.put(("run-done", fingerprint, results))
 
         if run_inline:
             job()
@@ -493,21 +518,27 @@ class Reconciler(object):
         self.worker = threading.Thread(target=job, name="nodewright-rollout", daemon=True)
         self.worker.start()
 
-    def _run_done(self, fingerprint, result):
+    def _run_done(self, fingerprint, results):
         finished = time.monotonic()
-        if isinstance(result, Exception):
-            LOG.error("the rollout could not run: %s", result)
-            state = "error"
-            nw_metrics.run_metrics(self.run_metrics, "rollout", 0, False, time.time())
-        else:
-            state = result.status
+        state, duration, outcomes = "successful", 0.0, {}
+        for result in results:
+            if isinstance(result, Exception):
+                LOG.error("the rollout could not run: %s", result)
+                state = "error"
+                continue
             level = logging.INFO if result.success else logging.WARNING
             LOG.log(level, "%s", result.summary())
             for host, text in sorted(result.messages.items()):
                 LOG.warning("  %s: %s", host, text)
-            nw_metrics.run_metrics(self.run_metrics, "rollout", result.duration, result.success, result.finished,
-                                   {k: v for k, v in result.outcomes().items()})
-        self.run_metrics.inc("nodewright_runs_total", kind="rollout", result=state)
+            if not result.success and state == "successful":
+                state = result.status
+            duration += result.duration
+            for outcome, count in result.outcomes().items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+            self.run_metrics.inc("nodewright_runs_total", kind="rollout", result=result.status)
+        if any(isinstance(r, Exception) for r in results):
+            self.run_metrics.inc("nodewright_runs_total", kind="rollout", result="error")
+        nw_metrics.run_metrics(self.run_metrics, "rollout", duration, state == "successful", time.time(), outcomes)
         self.last_rollout = {"fingerprint": fingerprint, "finished": finished, "status": state}
         self.reported.pop("retry", None)
         self._dirty("the rollout finished")
@@ -517,9 +548,8 @@ class Reconciler(object):
         """Run the check stages on completed nodes; record Drift conditions, Events and
         metrics; with ``drift_reapply`` mark drifted packages for the next rollout."""
         nodes = list(self.caches["nodes"].values())
-        resources = list(self.caches["nodewrights"].values())
         by_name = {_name(n): n for n in nodes}
-        targets = {n: r for n, r in drift.check_targets(nodes, resources).items()
+        targets = {n: r for n, r in drift.check_targets(nodes, self.managed()).items()
                    if not gating.has_taint(by_name[n], self.opts.taint_key)
                    and node_ops.cordon_state(by_name[n]) == "uncordoned"}
         if not targets:
@@ -528,7 +558,8 @@ class Reconciler(object):
         LOG.info("drift check of %d node(s)", len(targets))
         try:
             result = self.run_playbook(collection.own_playbook("drift.yml"), "drift", self.inventory, self.workdir,
-                                       extravars={"nodewright_drift_targets": targets},
+                                       extravars={"nodewright_drift_targets": targets,
+                                                  "nodewright_drift_reapply": bool(self.opts.drift_reapply)},
                                        limit=",".join(sorted(targets)), cancel=self._cancel_run,
                                        keep_events=runner.is_drift_result)
         except Exception as exc:  # noqa: BLE001
@@ -665,11 +696,15 @@ class Reconciler(object):
             if self.retry_at is not None and now >= self.retry_at:
                 self.retry_at = None
                 self._dirty("retry")
-            if self.due(now):
-                self.reconcile()
-            elif self._drift_due(now):
-                self.next_drift = now + self.opts.drift_interval
-                self.drift_check()
+            try:
+                if self.due(now):
+                    self.reconcile()
+                elif self._drift_due(now):
+                    self.next_drift = now + self.opts.drift_interval
+                    self.drift_check()
+            except Exception:  # noqa: BLE001 - logged; the next change or resync tries again (no crash loop)
+                LOG.exception("the reconcile pass failed; trying again at the next change or resync")
+                self.dirty_since = None
         self._shutdown(server)
         return 0
 

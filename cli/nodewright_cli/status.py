@@ -32,8 +32,9 @@ def fleet_view(resources, nodes, policies, package_dirs):
             rollouts.append((resource, desired_state.describe(resource, nodes, policies, package_dirs)))
         except NodeWrightError as exc:
             blocked.append((resource, str(exc)))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            blocked.append((resource, "cannot be read: %s" % exc))
+        except Exception as exc:  # noqa: BLE001 - one resource's surprise must not stop the others
+            blocked.append((resource, "cannot be described (%s: %s); this is a NodeWright bug if the resource "
+                                      "is valid" % (type(exc).__name__, exc)))
     malformed = {}
     for node in nodes:
         for resource in resources:
@@ -93,6 +94,8 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
         if only and name != only:
             continue
         waves = described["waves"].get("waves") or []
+        # A node with a malformed state is left alone until it is fixed or reset.
+        next_wave = [n for n in (waves[0]["nodes"] if waves else []) if n not in view["malformed"]]
         rows = []
         for target in described["targets"]:
             node = by_name[target]
@@ -101,7 +104,7 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
             rows.append({"node": target, "status": labels.get(markers.status_label(name)) or markers.STATUS_UNKNOWN,
                          "packages": _packages(node, name),
                          "work": {p: a for p, a in sorted((plan.get("actions") or {}).items()) if a != "none"},
-                         "next_wave": bool(waves) and target in waves[0]["nodes"],
+                         "next_wave": target in next_wave,
                          "notes": node_notes(node, name, taint_key)})
         status = (resource.get("status") or {}).get("status") or markers.STATUS_UNKNOWN
         if described["paused"]:
@@ -114,7 +117,7 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
             "policy": described["policy_name"] or "interruptionBudget", "runtime_required":
                 described["runtime_required"], "complete": complete, "targets": len(rows),
             "work": len(described["work"]),
-            "next_wave": waves[0]["nodes"] if waves else [],
+            "next_wave": next_wave,
             "waves": [len(w["nodes"]) for w in waves],
             "plan": "%s: %s" % (described["waves"].get("status"), described["waves"].get("reason", "")),
             "nodes": rows})

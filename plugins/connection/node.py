@@ -264,7 +264,10 @@ class NodePod(object):
         try:
             self.wait_running()
         except node_pod.NodePodError:
-            self.delete()
+            try:
+                self.delete()
+            except node_pod.NodePodError as exc:
+                display.warning(str(exc))
             raise
 
     def _check_node(self):
@@ -282,7 +285,7 @@ class NodePod(object):
 
     def _explain_create(self, exc):
         status = exc.details.get("status")
-        text = str(exc.message if hasattr(exc, "message") else exc)
+        text = exc.message
         if status == 403 and "PodSecurity" in text:
             return node_pod.NodePodError(
                 "namespace %s does not allow the privileged node pod: %s" % (self.namespace, text),

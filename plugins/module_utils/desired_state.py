@@ -15,6 +15,7 @@ import json
 import os
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import markers, package_planner, package_sources
+from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
 from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
@@ -126,6 +127,26 @@ def node_plan(specs, node, resource_name):
             "packages": result["packages"]}
 
 
+# --- NVIDIA tuning --------------------------------------------------------------------
+# The nvidia-tuning package's steps run in a plain shell on the node, so its profile is
+# resolved here, from the targeted nodes' labels and OS, into the package's config
+# (module_utils/tuning.py, "The nvidia-tuning package"). The plan shows the settings.
+
+def nvidia_tuning_specs(specs, nodes):
+    """The specs with nvidia-tuning's profile resolved for ``nodes`` (Node objects), and
+    per node name the settings it would get (``tuning.plan_summary``)."""
+    out, per_node = [], {}
+    facts = [tuning.node_facts(n) for n in nodes]
+    for spec in specs:
+        if spec["name"] != tuning.PACKAGE_NAME:
+            out.append(spec)
+            continue
+        spec, settings = tuning.package_spec_for_nodes(spec, facts, package=load_package(spec["src"]))
+        out.append(spec)
+        per_node.update(settings)
+    return out, per_node
+
+
 def policy_for(resource, policies):
     """The DeploymentPolicy spec of a resource (by name from ``policies``), or the one
     its interruptionBudget implies. A missing policy is an error the caller reports."""
@@ -146,7 +167,10 @@ def describe(resource, nodes, policies, package_dirs):
     targets = targeted_nodes(resource, nodes)
     specs = package_specs(resource, package_dirs)
     by_name = {n["metadata"]["name"]: n for n in nodes}
+    specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets])
     plans = {t: node_plan(specs, by_name[t], name) for t in targets}
+    for t, settings in tuning_settings.items():
+        plans[t]["nvidia_tuning"] = settings
     policy = policy_for(resource, policies)
     work = [t for t in targets if plans[t]["changed"]]
     waves = plan_waves(parse_policy(policy), [by_name[t] for t in targets],

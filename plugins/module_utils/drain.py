@@ -18,6 +18,7 @@ import random
 import threading
 import time
 
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import to_selector
@@ -89,6 +90,12 @@ def _terminal(pod, opts):
     return None
 
 
+def _nodewright_pod(pod, opts):
+    if (pod["metadata"].get("labels") or {}).get(markers.LABEL_NODE_POD) == "true":
+        return SKIP, "NodeWright's own node-access pod stays (the connection removes it)"
+    return None
+
+
 def _mirror(pod, opts):
     if MIRROR_ANNOTATION in (pod["metadata"].get("annotations") or {}):
         return SKIP, "static (mirror) pod stays: the kubelet owns it"
@@ -142,7 +149,7 @@ def _unreplicated(pod, opts):
     return None
 
 
-FILTERS = (_terminating, _terminal, _mirror, _daemonset, _skip_namespace, _skip_selector, _non_interruptible,
+FILTERS = (_terminating, _terminal, _nodewright_pod, _mirror, _daemonset, _skip_namespace, _skip_selector, _non_interruptible,
            _local_storage, _unreplicated)
 
 

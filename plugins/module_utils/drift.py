@@ -11,19 +11,15 @@ is marked so that the next rollout applies the drifted packages again.
 
 from __future__ import annotations
 
-import copy
-
 from ansible_collections.nodewright.fleet.plugins.module_utils import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import mark_for_reapply
 from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
 from ansible_collections.nodewright.fleet.plugins.module_utils.resources import is_disabled
 from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import from_label_selector
 
 REASON_DRIFT = "HostDrift"
 REASON_NO_DRIFT = "NoDrift"
-
-# The stage whose rerun repairs what a failed check found.
-_REPAIR_STAGE = {"apply-check": "apply", "config-check": "config", "post-interrupt-check": "config"}
 
 
 def _name(obj):
@@ -79,21 +75,12 @@ def is_drifting(node):
 
 
 def reapply_state(state, drifted):
-    """A copy of a node state in which each drifted package is marked in progress at the
-    stage whose rerun repairs it (apply for apply-check, config otherwise), so that the
-    next rollout resumes it through the safe sequence. Finished non-idempotent steps
-    stay finished: the host's flags decide that, not this state."""
-    new = copy.deepcopy(state or {})
-    packages = new.get("packages") if isinstance(new.get("packages"), dict) else {}
-    marked = []
-    for item in drifted or ():
-        entry = packages.get(item.get("name"))
-        if not isinstance(entry, dict):
-            continue
-        entry["state"] = markers.STATUS_IN_PROGRESS
-        entry["stage"] = _REPAIR_STAGE.get(item.get("stage"), "apply")
-        marked.append(item["name"])
+    """A copy of a node state (the annotation's) in which each drifted package is marked
+    in progress at the stage whose rerun repairs it - the same marks the package
+    module's ``phase: check`` with ``reapply`` makes in the host's own record - so that
+    the next rollout resumes it through the safe sequence. Returns ``(state, names)``."""
+    new, marked = mark_for_reapply(state, drifted)
     if marked:
         new["status"] = markers.STATUS_IN_PROGRESS
-        new["reason"] = "drift: %s applied again" % ", ".join(sorted(marked))
-    return new, sorted(marked)
+        new["reason"] = "drift: %s applied again" % ", ".join(marked)
+    return new, marked

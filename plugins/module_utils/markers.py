@@ -20,6 +20,9 @@ FIELD_MANAGER = "nodewright"
 LABEL_STATUS = PREFIX + "/status"
 LABEL_IGNORE = PREFIX + "/ignore"
 
+# Label of the short-lived pods the k8s connection starts on a node.
+LABEL_NODE_POD = PREFIX + "/node-pod"
+
 # Node annotations
 ANNOTATION_CORDONED_BY = PREFIX + "/cordoned-by"
 ANNOTATION_STATE_PREFIX = PREFIX + "/state-"

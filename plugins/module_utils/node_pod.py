@@ -24,11 +24,11 @@ import json
 import re
 import shlex
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import PREFIX
+from ansible_collections.nodewright.fleet.plugins.module_utils.markers import LABEL_NODE_POD, PREFIX
 
 # Pod labels: what `kubectl get pods -l nodewright.io/node-pod=true` finds, and
 # what a drain should recognise as NodeWright's own pod.
-NODE_POD_LABEL = PREFIX + "/node-pod"
+NODE_POD_LABEL = LABEL_NODE_POD
 NODE_LABEL = PREFIX + "/node"
 NODE_ANNOTATION = PREFIX + "/node"
 LABELS = {

@@ -754,18 +754,40 @@ def package_manifest(package):
     return data
 
 
-# Drift checks: the check stages that say whether an installed package still holds.
+# Drift checks: the check stages that say whether an installed package still holds,
+# and the stage whose rerun repairs what each of them found.
 DRIFT_CHECK_STAGES = ("apply-check", "config-check", "post-interrupt-check")
+DRIFT_REPAIR_STAGE = {"apply-check": "apply", "config-check": "config", "post-interrupt-check": "config"}
 
 
-def check_packages(host_root="/", resource="default", recorded_state=None, keep_logs=KEEP_LOGS):
+def mark_for_reapply(state, drifted):
+    """A copy of a node state in which each drifted package is in progress at the stage
+    whose rerun repairs it, so that the next main phase resumes it there (finished
+    steps that are not idempotent stay finished: their flags decide). Returns
+    ``(state, names marked)``."""
+    new = json.loads(json.dumps(state or {}))
+    packages = new.get("packages") if isinstance(new.get("packages"), dict) else {}
+    marked = []
+    for item in drifted or ():
+        entry = packages.get(item.get("name"))
+        if not isinstance(entry, dict):
+            continue
+        entry["state"] = STATE_IN_PROGRESS
+        entry["stage"] = DRIFT_REPAIR_STAGE.get(item.get("stage"), "apply")
+        marked.append(item["name"])
+    return new, sorted(marked)
+
+
+def check_packages(host_root="/", resource="default", recorded_state=None, keep_logs=KEEP_LOGS, reapply=False):
     """Drift check: run again the check stages of every package the node state records
     as complete, from the copy kept on the host, with the config it was installed with.
 
-    Nothing is installed, no flag or state is written; only the checks' step logs.
-    Returns ``{checked: [names], drifted: [{name, version, stage, message, log}],
-    skipped: [{name, reason}], state}``; a package with no check stages counts as
-    checked. Raises ``StepFailed`` when another package run holds the host's lock."""
+    Nothing is installed and no flag is written; only the checks' step logs - and, with
+    ``reapply``, the host's state, where drifted packages are marked for the next run
+    (``mark_for_reapply``). Returns ``{checked: [names], drifted: [{name, version,
+    stage, message, log}], skipped: [{name, reason}], reapply: [names], state}``; a
+    package with no check stages counts as checked. Raises ``StepFailed`` when
+    another package run holds the host's lock."""
     runner = PackageRunner(host_root, resource=resource, keep_logs=keep_logs)
     state = normalize_state(recorded_state if recorded_state is not None else runner.read_state())
     checked, drifted, skipped = [], [], []
@@ -792,7 +814,12 @@ def check_packages(host_root="/", resource="default", recorded_state=None, keep_
                     break
             else:
                 checked.append(name)
-    return {"checked": checked, "drifted": drifted, "skipped": skipped, "state": finalize_state(state)}
+        marked = []
+        if reapply and drifted:
+            state, marked = mark_for_reapply(state, drifted)
+            state = runner.write_state(state)
+    return {"checked": checked, "drifted": drifted, "skipped": skipped, "reapply": marked,
+            "state": finalize_state(state)}
 
 
 def run_packages(specs, host_root="/", resource="default", recorded_state=None, prune=False, phase="main",

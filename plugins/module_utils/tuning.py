@@ -1323,7 +1323,8 @@ def _resolve_for_node(user, node, profiles, where):
         if cloud is None:
             cloud = detect_cloud(labels)
         resolved = resolve_profile(accelerator, user.get("intent") or "performance", os_name, cloud=cloud,
-                                   options=options, profiles=profiles)
+                                   options=options, profiles=profiles,
+                                   extra=_json_mapping(user.get("extra"), "extra") or None)
     except ValidationError as exc:
         raise ValidationError("%s%s" % ("node %s: " % name if name else "", exc.message), field=where,
                               hint=exc.hint)
@@ -1339,7 +1340,8 @@ def plan_summary(resolved):
         "interrupt": merge_interrupts([s["interrupt"] for s in resolved["settings"].values()]),
         "settings": [{"id": sid, "mechanism": s["mechanism"], "key": s["key"], "value": s["value"],
                       "reboot": bool(s["reboot"]), "interrupt": s["interrupt"]}
-                     for sid, s in resolved["settings"].items()],
+                     for sid, s in sorted(resolved["settings"].items(),
+                                          key=lambda kv: (MECHANISMS.index(kv[1]["mechanism"]), kv[0]))],
         "skipped": [{"id": s["id"], "reason": s["reason"]} for s in resolved.get("skipped", [])],
         "warnings": list(resolved.get("warnings") or []),
     }
@@ -1422,7 +1424,9 @@ def load_profiles(profiles_dir=None):
 
     root = os.path.abspath(profiles_dir or PROFILES_DIR)
     if not os.path.isdir(root):
-        raise ValidationError("tuning profiles directory %s does not exist" % root, field="profiles_dir")
+        raise ValidationError("tuning profiles directory %s does not exist" % root, field="profiles_dir",
+                              hint="the profiles ship with the collection's nvidia_tuning role; resolve them on "
+                                   "the controller, where the collection is installed")
     layers = {}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()

@@ -47,7 +47,8 @@ options:
         Skyhook C(config.json). A relative path is searched like a C(files/) lookup.
       - The action plugin passes the module a C(.tar.gz) of the directory when the
         package has to travel to a remote host.
-      - OCI image references are reserved for a later release.
+      - An OCI image reference (C(oci://registry/repo:tag@sha256:...)) is pulled on the controller, its digest
+        verified and cached; see the collection's docs/packages.md.
     type: str
   version:
     description:
@@ -123,6 +124,13 @@ options:
     type: str
     choices: [main, post-interrupt, check]
     default: main
+  reapply:
+    description:
+      - With O(phase=check), mark each drifted package in the host's state as in progress at the
+        stage whose rerun repairs it (C(apply) for a failed C(apply-check), C(config) otherwise), so
+        that the next O(phase=main) run applies it again. The task then reports a change.
+    type: bool
+    default: false
   keep_logs:
     description: Step logs kept per step under C(/var/log/nodewright/<name>/<version>/).
     type: int
@@ -261,6 +269,11 @@ checked:
   returned: when O(phase=check)
   type: list
   elements: str
+reapply:
+  description: With O(phase=check) and O(reapply), the packages marked to be applied again.
+  returned: when O(phase=check)
+  type: list
+  elements: str
 annotation:
   description: The annotation key and its value (compact JSON of RV(state)) to write on the Node.
   returned: always
@@ -328,6 +341,7 @@ def main():
             prune=dict(type="bool", default=False),
             phase=dict(type="str", choices=["main", "post-interrupt", "check"], default="main"),
             keep_logs=dict(type="int", default=5),
+            reapply=dict(type="bool", default=False),
         ),
         mutually_exclusive=[("packages", "name"), ("packages", "src")],
         supports_check_mode=True,
@@ -351,12 +365,16 @@ def main():
     if p["phase"] == "check":
         try:
             found = check_packages(host_root=p["host_root"], resource=p["resource"],
-                                   recorded_state=p["recorded_state"], keep_logs=p["keep_logs"])
+                                   recorded_state=p["recorded_state"], keep_logs=p["keep_logs"],
+                                   reapply=p["reapply"] and not module.check_mode)
         except NodeWrightError as exc:
             module.fail_json(msg=str(exc))
+        except OSError as exc:
+            module.fail_json(msg="checking packages on host root %s failed: %s" % (p["host_root"], exc))
         lines = ["%s %s: drifted, %s failed: %s" % (d["name"], d["version"], d["stage"] or "copy",
                                                     d["message"].splitlines()[0]) for d in found["drifted"]]
-        module.exit_json(changed=False, plan=None, results=[], interrupt=pending_interrupt(found["state"]),
+        module.exit_json(changed=bool(found["reapply"]), plan=None, results=[],
+                         interrupt=pending_interrupt(found["state"]),
                          annotation=annotation(found["state"]),
                          msg="\n".join(lines) or "no drift in %d package(s)" % len(found["checked"]), **found)
 

@@ -136,7 +136,7 @@ def test_reconciler_gets_exactly_the_documented_rules():
     assert roles["nw-nodewright-node-pods"]["metadata"]["namespace"] == "nodewright"
     assert roles["nw-nodewright-node-pods"]["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]},
-        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}]
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]}]
     assert roles["nw-nodewright-validation-jobs"]["metadata"]["namespace"] == "gpu-validation"
     assert roles["nw-nodewright-validation-jobs"]["rules"] == [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]

@@ -389,3 +389,18 @@ def test_the_package_action_refuses_a_mismatch_before_the_node(registry, demo, r
     assert proc.returncode != 0
     assert "packages[0].src: package 'oci-demo'" in proc.stdout and wrong in proc.stdout and demo in proc.stdout
     assert not os.path.exists(os.path.join(root, "var/lib/nodewright/packages/oci-demo")), "the node was not touched"
+
+
+def test_a_nodewright_resource_is_planned_from_its_image(registry, skyhook_image, tmp_path, monkeypatch):
+    # desired_state builds its resolver from the controller's environment, as a rollout does.
+    monkeypatch.setenv("NODEWRIGHT_PACKAGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NODEWRIGHT_REGISTRIES_CONF", registry.registries_conf)
+    resource = {"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "shell"},
+                "spec": {"packages": {"shellscript": {
+                    "version": "1.0.0", "image": "%s/skyhook/shellscript" % registry.host,
+                    "containerSHA": skyhook_image, "configMap": {"apply.sh": "true"}}}}}
+    nodes = [{"metadata": {"name": "n1", "labels": {}, "creationTimestamp": "2026-01-01T00:00:00Z"}}]
+    described = desired_state.describe(resource, nodes, {}, [])
+    (spec,) = described["packages"]
+    assert spec["src"] == str(tmp_path / "cache" / ("sha256-" + skyhook_image.split(":")[1]) / "package")
+    assert described["nodes"]["n1"]["actions"] == {"shellscript": "apply"}

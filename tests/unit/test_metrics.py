@@ -176,3 +176,11 @@ def test_check_packages_reruns_only_checks_and_finds_drift(tmp_path):
     assert open(os.path.join(root, "etc/applied")).read().strip() == "1"
     assert open(os.path.join(root, "etc/wanted")).read().strip() == "off"
     assert json.load(open(os.path.join(root, "var/lib/nodewright/state/r.json"))) == before
+    # With reapply the host's record marks the package, and the next run repairs it.
+    marked = check_packages(host_root=root, resource="r", reapply=True)
+    assert marked["reapply"] == ["shellscript"] and marked["state"]["status"] == "in_progress"
+    again = run_packages([spec], host_root=root, resource="r")
+    assert [p["action"] for p in again["plan"]["packages"]] == ["resume"]
+    assert open(os.path.join(root, "etc/wanted")).read().strip() == "on"
+    assert open(os.path.join(root, "etc/applied")).read().strip() == "1"
+    assert check_packages(host_root=root, resource="r")["drifted"] == []

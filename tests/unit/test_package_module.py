@@ -306,9 +306,3 @@ def test_an_archive_cannot_write_outside_its_directory(tmp_path):
     assert "outside the package" in str(caught.value)
 
 
-def test_image_sources_are_refused_for_now(tmp_path):
-    action = ActionModule.__new__(ActionModule)
-    from ansible.errors import AnsibleError
-    with pytest.raises(AnsibleError) as caught:
-        action.resolve_source({"src": "oci://registry.example/nodewright/kdump@sha256:" + "0" * 64}, 0)
-    assert "OCI image sources are not supported yet" in str(caught.value)

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Fleet rollout benchmark: playbooks/rollout.yml over N simulator nodes with a
+no-op package (the shipped `shellscript` package with an empty config), under a
+DeploymentPolicy of fixed batches. Reports total wall time, time per node and the
+controller's peak memory (ansible-playbook and its workers together).
+
+    python bench/rollout_bench.py --nodes 1000 --batch 100 --forks 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "simulator"))
+
+import yaml  # noqa: E402
+from kubernetes import client  # noqa: E402
+from nodewright_sim.cluster import Cluster  # noqa: E402
+from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
+
+GROUP, VERSION = "nodewright.io", "v1alpha1"
+
+
+def tree_rss_mib(root_pid):
+    """Resident memory of a process and all its descendants."""
+    children = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            with open("/proc/%d/status" % pid) as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024.0
+
+
+def run(nodes, batch, forks, workdir):
+    cluster = Cluster("bench-rollout")
+    if cluster.running():
+        cluster.down()
+    cluster.up()
+    try:
+        t0 = time.time()
+        create_fleet(cluster, "bare", nodes=0)
+        fleet = Fleet(cluster)
+        per_pool = nodes // 2
+        names = fleet.add_nodes("h100", per_pool, workers=16) + fleet.add_nodes("b200", nodes - per_pool, workers=16)
+        fleet.wait_ready(len(names), timeout=600)
+        setup = time.time() - t0
+        subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+                        os.path.join(REPO, "playbooks", "install_crds.yml")], check=True, capture_output=True,
+                       env=dict(os.environ, KUBECONFIG=cluster.kubeconfig,
+                                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections")))
+        custom = client.CustomObjectsApi(fleet.api)
+        custom.create_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "DeploymentPolicy", "metadata": {"name": "bench"},
+            "spec": {"default": {"budget": {"count": batch}, "strategy": {"fixed": {"initialBatch": batch}}}}})
+        custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "NodeWright", "metadata": {"name": "bench-noop"},
+            "spec": {"nodeSelectors": {"matchLabels": {"type": "kwok"}}, "deploymentPolicy": "bench",
+                     "packages": {"shellscript": {"version": "1.0.0"}}}})
+        inv = os.path.join(workdir, "fleet.k8s_nodes.yml")
+        with open(inv, "w") as fh:
+            yaml.safe_dump({"plugin": "nodewright.fleet.k8s_nodes", "label_selectors": "type=kwok",
+                            "connection": "local"}, fh)
+        env = dict(os.environ, KUBECONFIG=cluster.kubeconfig, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+                   ANSIBLE_FORKS=str(forks), ANSIBLE_CALLBACKS_ENABLED="nodewright.fleet.report",
+                   NODEWRIGHT_REPORT_PATH=os.path.join(workdir, "report.json"), ANSIBLE_DEPRECATION_WARNINGS="false",
+                   ANSIBLE_LOCALHOST_WARNING="false")
+        cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inv,
+               os.path.join(REPO, "playbooks", "rollout.yml"), "-e", "nodewright_resource=bench-noop"]
+        log = open(os.path.join(workdir, "rollout.log"), "w")
+        start = time.time()
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        peak = [0.0]
+
+        def sample():
+            while proc.poll() is None:
+                peak[0] = max(peak[0], tree_rss_mib(proc.pid))
+                time.sleep(0.5)
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        rc = proc.wait()
+        wall = time.time() - start
+        t.join()
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", "bench-noop").get("status", {})
+        return {"nodes": nodes, "batch": batch, "forks": forks, "rc": rc, "wall_s": round(wall, 1),
+                "per_node_ms": round(wall * 1000 / nodes, 1), "peak_rss_mib": round(peak[0]),
+                "fleet_setup_s": round(setup, 1), "complete": status.get("completeNodes")}
+    finally:
+        cluster.down()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--forks", type=int, default=50)
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "rollout.md"))
+    args = ap.parse_args()
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        result = run(args.nodes, args.batch, args.forks, work)
+    print(json.dumps(result))
+    with open(args.out, "a") as fh:
+        fh.write("| %(nodes)d | %(batch)d | %(forks)d | %(wall_s).1f | %(per_node_ms).1f | %(peak_rss_mib)d | "
+                 "%(complete)s | %(rc)d |\n" % result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The pure parts of the ``nodewright`` command: durations, the patches of the
+actions, the status view and its rendering, and the reconciler's decisions (what
+counts as a change, what is work, when a pass is due, when the same work waits)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+try:
+    import nodewright_cli  # noqa: F401
+except ImportError:  # not installed into the virtualenv yet (make venv does it)
+    sys.path.insert(0, os.path.join(REPO, "cli"))
+
+from nodewright_cli import actions, cli, reconciler, runner, status  # noqa: E402
+
+from ansible_collections.nodewright.fleet.plugins.module_utils import markers  # noqa: E402
+
+pytestmark = pytest.mark.unit
+PACKAGES = [os.path.join(REPO, "packages")]
+
+
+def node(name, labels=None, annotations=None, created="2026-01-01T00:00:00Z", taints=None, unschedulable=False,
+         ready=True):
+    return {"metadata": {"name": name, "labels": dict({"pool": "gpu"}, **(labels or {})),
+                         "annotations": annotations or {}, "creationTimestamp": created},
+            "spec": {"taints": taints or [], "unschedulable": unschedulable},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def nodewright(name, priority=200, annotations=None, policy=None, generation=1, runtime=False):
+    spec = {"nodeSelectors": {"matchLabels": {"pool": "gpu"}}, "priority": priority, "runtimeRequired": runtime,
+            "packages": {"shellscript": {"version": "1.0.0"}}}
+    if policy:
+        spec["deploymentPolicy"] = policy
+    return {"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright",
+            "metadata": {"name": name, "annotations": annotations or {}, "generation": generation}, "spec": spec}
+
+
+def complete_state(resource):
+    return {markers.state_annotation(resource): json.dumps({"status": "complete", "packages": {}})}
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("30s", 30), ("10m", 600), ("1h", 3600), ("1.5h", 5400),
+                                          ("250ms", 0.25), ("2d", 172800)])
+def test_duration(text, seconds):
+    assert cli.duration(text) == seconds
+
+
+def test_bad_duration():
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.duration("soon")
+
+
+# --------------------------------------------------------------------------- actions
+
+@pytest.mark.parametrize("action,before,patch", [
+    ("pause", {}, {"metadata": {"annotations": {markers.ANNOTATION_PAUSE: "true"}}}),
+    ("pause", {markers.ANNOTATION_PAUSE: "true"}, None),
+    ("resume", {markers.ANNOTATION_PAUSE: "true"}, {"metadata": {"annotations": {markers.ANNOTATION_PAUSE: None}}}),
+    ("resume", {}, None),
+    ("disable", {}, {"metadata": {"annotations": {markers.ANNOTATION_DISABLE: "true"}}}),
+    ("enable", {markers.ANNOTATION_DISABLE: "true"},
+     {"metadata": {"annotations": {markers.ANNOTATION_DISABLE: None}}}),
+])
+def test_resource_actions_only_touch_their_annotation(action, before, patch):
+    assert actions.resource_patch(nodewright("r", annotations=before), action) == patch
+
+
+def test_ignore_patch():
+    assert actions.ignore_patch(node("n")) == {"metadata": {"labels": {markers.LABEL_IGNORE: "true"}}}
+    ignored = node("n", labels={markers.LABEL_IGNORE: "true"})
+    assert actions.ignore_patch(ignored) is None
+    assert actions.ignore_patch(ignored, undo=True) == {"metadata": {"labels": {markers.LABEL_IGNORE: None}}}
+    assert actions.ignore_patch(node("n"), undo=True) is None
+
+
+def test_reset_patch_forgets_records_but_keeps_the_cordon_record():
+    annotations = dict(complete_state("a"), **complete_state("b"))
+    annotations[markers.ANNOTATION_CORDONED_BY] = '{"owner": "nodewright"}'
+    annotations[markers.ANNOTATION_BLOCKED_BY] = "ns/pod"
+    labels = {markers.status_label("a"): "complete", markers.status_label("b"): "erroring",
+              markers.LABEL_STATUS: "erroring"}
+    n = node("n", labels=labels, annotations=annotations)
+    assert actions.recorded_resources(n) == ["a", "b"]
+    one = actions.reset_patch(n, "b")
+    assert one["metadata"]["labels"] == {markers.status_label("b"): None, markers.LABEL_STATUS: "complete"}
+    assert one["metadata"]["annotations"] == {markers.state_annotation("b"): None}
+    every = actions.reset_patch(n)
+    assert every["metadata"]["labels"] == {markers.status_label("a"): None, markers.status_label("b"): None,
+                                           markers.LABEL_STATUS: None}
+    assert every["metadata"]["annotations"] == {markers.state_annotation("a"): None,
+                                                markers.state_annotation("b"): None,
+                                                markers.ANNOTATION_BLOCKED_BY: None}
+    assert markers.ANNOTATION_CORDONED_BY not in every["metadata"]["annotations"]
+    assert actions.reset_patch(node("clean")) is None
+
+
+# --------------------------------------------------------------------------- status
+
+def test_status_shows_packages_notes_next_wave_and_blocked_resources():
+    nodes = [node("n1", created="2026-01-01T00:00:01Z",
+                  labels={markers.status_label("tuning"): "complete"},
+                  annotations={markers.state_annotation("tuning"): json.dumps(
+                      {"status": "complete", "packages": {"shellscript": {
+                          "version": "1.0.0", "stage": "config", "state": "complete", "configHashes": {}}}})}),
+             node("n2", created="2026-01-01T00:00:02Z", taints=[{"key": markers.TAINT_RUNTIME_REQUIRED,
+                                                                 "value": "true", "effect": "NoSchedule"}]),
+             node("n3", created="2026-01-01T00:00:03Z", annotations={markers.state_annotation("tuning"): "{oops"}),
+             node("n4", labels={markers.LABEL_IGNORE: "true"})]
+    resources = [nodewright("tuning", priority=100, runtime=True), nodewright("lost", policy="nope")]
+    data = status.build(resources, nodes, {}, PACKAGES)
+    (tuning,) = data["resources"]
+    assert tuning["complete"] == 1 and tuning["targets"] == 3 and tuning["runtime_required"]
+    assert tuning["next_wave"] == ["n2"]
+    rows = {r["node"]: r for r in tuning["nodes"]}
+    assert rows["n1"]["packages"] == [{"name": "shellscript", "version": "1.0.0", "stage": "config",
+                                       "state": "complete"}]
+    assert rows["n2"]["work"] == {"shellscript": "apply"} and rows["n2"]["next_wave"]
+    assert "tainted %s" % markers.TAINT_RUNTIME_REQUIRED in rows["n2"]["notes"]
+    assert any("malformed" in note for note in rows["n3"]["notes"])
+    assert data["blocked"] == [{"name": "lost", "reason": "spec.deploymentPolicy: DeploymentPolicy 'nope' does not "
+                                                          "exist (create it, or fix the name; the resource stays "
+                                                          "blocked until then)"}]
+    assert data["ignored"] == ["n4"]
+    text = status.render(data)
+    assert "NodeWright tuning  priority 100" in text and "runtimeRequired" in text
+    assert "next wave: n2" in text
+    assert "shellscript 1.0.0 config/complete" in text
+    assert "NodeWright lost  status blocked: spec.deploymentPolicy" in text
+    assert "ignored nodes (nodewright.io/ignore=true): n4" in text
+
+
+def test_status_of_a_paused_resource_says_how_to_resume():
+    data = status.build([nodewright("t", annotations={markers.ANNOTATION_PAUSE: "true"})], [node("n1")], {},
+                        PACKAGES)
+    assert data["resources"][0]["status"] == "paused"
+    assert "nodewright resume t" in status.render(data)
+
+
+# --------------------------------------------------------------------------- reconciler decisions
+
+def test_kubelet_heartbeats_are_not_changes():
+    old = node("n", annotations={"node.alpha.kubernetes.io/ttl": "0"})
+    beat = json.loads(json.dumps(old))
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "later"
+    beat["metadata"]["annotations"]["other.io/x"] = "y"
+    assert not reconciler.relevant_change("nodes", old, beat)
+    for change in ({"labels": {"pool": "cpu"}}, {"annotations": complete_state("r")}):
+        new = json.loads(json.dumps(old))
+        for key, value in change.items():
+            new["metadata"][key].update(value)
+        assert reconciler.relevant_change("nodes", old, new)
+    tainted = json.loads(json.dumps(old))
+    tainted["spec"]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    assert reconciler.relevant_change("nodes", old, tainted)
+    assert reconciler.relevant_change("nodes", old, node("n", ready=False))
+
+
+def test_status_writes_are_not_changes_of_a_resource():
+    old = nodewright("r")
+    written = dict(old, status={"status": "complete"})
+    assert not reconciler.relevant_change("nodewrights", old, written)
+    assert reconciler.relevant_change("nodewrights", old, nodewright("r", generation=2))
+    assert reconciler.relevant_change("nodewrights", old,
+                                      nodewright("r", annotations={markers.ANNOTATION_PAUSE: "true"}))
+
+
+def test_work_leaves_out_paused_disabled_and_malformed():
+    view = {"rollouts": [(None, {"name": "a", "paused": False, "disabled": False, "work": ["n1", "n2"],
+                                 "generation": 3}),
+                         (None, {"name": "b", "paused": True, "disabled": False, "work": ["n1"], "generation": 1}),
+                         (None, {"name": "c", "paused": False, "disabled": True, "work": ["n1"], "generation": 1}),
+                         (None, {"name": "d", "paused": False, "disabled": False, "work": ["n2"], "generation": 1})],
+            "blocked": [], "malformed": {"n2": {"a": "malformed"}}}
+    work = reconciler.work_of(view)
+    assert work == {"a": ["n1"]}
+    assert reconciler.work_fingerprint(view, work) == (("a", 3, ("n1",)),)
+    assert reconciler.rollout_limit(view["malformed"]) == "localhost:all:!n2"
+    assert reconciler.rollout_limit({}) is None
+
+
+def test_passes_wait_for_every_list_and_are_debounced(tmp_path):
+    rec = reconciler.Reconciler(None, reconciler.Options(debounce=5, max_debounce=30, inventory="inv.yml",
+                                                         workdir=str(tmp_path)))
+    rec.permission_ok = True
+    rec.handle(("sync", "nodes", [node("n1")]))
+    assert not rec.due()  # the resources are not listed yet
+    rec.handle(("sync", "nodewrights", []))
+    rec.handle(("sync", "deploymentpolicies", []))
+    start = rec.last_change
+    assert not rec.due(start + 1) and rec.due(start + 5)
+    rec.dirty_since = start - 31
+    assert rec.due(start + 1)  # a busy cluster still gets its pass
+
+
+def test_events_update_the_cache(tmp_path):
+    rec = reconciler.Reconciler(None, reconciler.Options(inventory="inv.yml", workdir=str(tmp_path)))
+    for kind in reconciler.KINDS:
+        rec.handle(("sync", kind, []))
+    rec.dirty_since = None
+    rec.handle(("event", "nodes", "ADDED", node("n1")))
+    assert "n1" in rec.caches["nodes"] and rec.dirty_since is not None
+    rec.dirty_since = None
+    rec.handle(("event", "nodes", "MODIFIED", node("n1")))
+    assert rec.dirty_since is None
+    rec.handle(("event", "nodes", "DELETED", node("n1")))
+    assert rec.caches["nodes"] == {} and rec.dirty_since is not None
+
+
+def test_the_same_work_waits_for_the_retry_interval(tmp_path):
+    rec = reconciler.Reconciler(None, reconciler.Options(retry_interval=600, inventory="inv.yml",
+                                                         workdir=str(tmp_path)))
+    started = []
+    rec.run_playbook = lambda *a, **kw: started.append(kw) or runner.RunResult(
+        "rollout", "failed", 2, 0, 1, {"n1": "failed"}, {"n1": "boom"}, None, [], "")
+    view = {"rollouts": [(None, {"name": "a", "generation": 1, "work": ["n1"], "paused": False,
+                                 "disabled": False})], "blocked": [], "malformed": {}}
+    work = reconciler.work_of(view)
+    rec._maybe_run(view, work, [], run_inline=True)
+    assert len(started) == 1 and rec.last_rollout["status"] == "failed"
+    assert started[0]["extravars"]["nodewright_taint_key"] == markers.TAINT_RUNTIME_REQUIRED
+    rec._maybe_run(view, work, [], run_inline=True)
+    assert len(started) == 1 and rec.retry_at is not None
+    view["rollouts"][0][1]["generation"] = 2  # an edited resource is new work
+    rec._maybe_run(view, reconciler.work_of(view), [], run_inline=True)
+    assert len(started) == 2
+
+
+def test_host_outcomes_prefer_the_report():
+    stats = {"processed": {"a": 1, "b": 1, "c": 1}, "failures": {"b": 1}, "dark": {"c": 1}}
+    report = {"hosts": {"a": {"outcome": "failed", "failed_task": "Drain", "msg": "PDB"}}}
+    hosts, messages = runner.host_outcomes(stats, report)
+    assert hosts == {"a": "failed", "b": "failed", "c": "unreachable"}
+    assert messages == {"a": "Drain: PDB"}
+
+
+def test_drift_results_from_events():
+    events = [{"event": "runner_on_ok", "event_data": {"host": "n1", "task": runner.DRIFT_TASK, "res": {
+        "results": [{"item": "a", "drifted": [{"name": "p", "stage": "config-check"}]},
+                    {"item": "b", "drifted": []}]}}},
+              {"event": "runner_on_failed", "event_data": {"host": "n2", "task": runner.DRIFT_TASK, "res": {
+                  "results": [{"item": "a", "failed": True, "msg": "lock held"}]}}}]
+    found, errors = runner.drift_results(events)
+    assert found == {"n1": {"a": [{"name": "p", "stage": "config-check"}], "b": []}}
+    assert errors == {"n2": "a: lock held"}
