@@ -11,11 +11,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 setup: venv link binaries
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt
+$(BIN)/.installed: requirements.txt requirements-dev.txt simulator/pyproject.toml cli/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
 	$(BIN)/pip install -q -e simulator
+	$(BIN)/pip install -q -e cli
 	touch $@
 
 venv: $(BIN)/.installed
@@ -42,7 +43,7 @@ integration: setup
 	$(BIN)/pytest -m integration tests
 
 lint: venv link
-	$(BIN)/ruff check plugins tests simulator bench
+	$(BIN)/ruff check plugins tests simulator bench cli examples
 	$(BIN)/ansible-lint --profile production
 
 build: link

@@ -594,10 +594,10 @@ class Reconciler(object):
             if patch:
                 self.cluster.patch_node_status(name, patch)
                 if cond["status"] == "True":
-                    self.cluster.event(name, markers.EVENT_FAILED, cond["message"], "Warning")
+                    self.cluster.event(name, markers.EVENT_DRIFT, cond["message"], "Warning")
                     LOG.warning("node %s: %s", name, cond["message"])
                 else:
-                    self.cluster.event(name, markers.EVENT_COMPLETE, "drift resolved: " + cond["message"])
+                    self.cluster.event(name, markers.EVENT_DRIFT, "drift resolved: " + cond["message"])
                     LOG.info("node %s: drift resolved", name)
             if self.opts.drift_reapply and cond["status"] == "True":
                 for resource, items in sorted(per_resource.items()):

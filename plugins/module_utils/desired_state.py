@@ -147,6 +147,12 @@ def nvidia_tuning_specs(specs, nodes):
     return out, per_node
 
 
+def _unfinished(node, resource_name):
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(markers.status_label(resource_name)) in (
+        markers.STATUS_IN_PROGRESS, markers.STATUS_ERRORING, markers.STATUS_BLOCKED)
+
+
 def policy_for(resource, policies):
     """The DeploymentPolicy spec of a resource (by name from ``policies``), or the one
     its interruptionBudget implies. A missing policy is an error the caller reports."""
@@ -172,7 +178,9 @@ def describe(resource, nodes, policies, package_dirs):
     for t, settings in tuning_settings.items():
         plans[t]["nvidia_tuning"] = settings
     policy = policy_for(resource, policies)
-    work = [t for t in targets if plans[t]["changed"]]
+    # A node left mid-sequence (a crash after its packages ran, before it was marked
+    # complete) or marked erroring is work too: the safe sequence resumes or retries it.
+    work = [t for t in targets if plans[t]["changed"] or _unfinished(by_name[t], name)]
     waves = plan_waves(parse_policy(policy), [by_name[t] for t in targets],
                        done=[t for t in targets if t not in work], fleet_size=len(nodes))
     return {

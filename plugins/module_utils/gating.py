@@ -170,7 +170,7 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
         if tainted:
             result["action"] = OPEN
             result["message"] = "removing the %s taint: %s" % (taint_key, result["message"])
-            result["event"] = {"reason": markers.EVENT_COMPLETE, "type": "Normal",
+            result["event"] = {"reason": markers.EVENT_RUNTIME_READY, "type": "Normal",
                                "message": "runtime ready, taint %s removed: %s complete" % (taint_key, done)}
         result["condition"] = {"type": markers.CONDITION_BLOCKED, "status": "False", "reason": REASON_READY,
                                "message": "runtime ready: %s complete" % done}

@@ -50,6 +50,8 @@ EVENT_APPLY = "NodeWrightApply"
 EVENT_INTERRUPT = "NodeWrightInterrupt"
 EVENT_FAILED = "NodeWrightFailed"
 EVENT_COMPLETE = "NodeWrightComplete"
+EVENT_DRIFT = "NodeWrightDrift"
+EVENT_RUNTIME_READY = "NodeWrightRuntimeReady"
 
 # Node status values (label value and state annotation "status")
 STATUS_COMPLETE = "complete"

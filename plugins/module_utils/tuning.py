@@ -1168,9 +1168,13 @@ def state_record(resolved, pending_interrupt=None):
 # the host as package config, because package steps run in a plain shell on the node.
 #
 # Config keys the controller adds (user keys come from the package's defaultConfig):
-#   resolved.profile        what the profile is for and its files (PROFILE_FORMAT below)
+#   resolved.profile        tab-separated lines: name, arch (uname -m), os (os-release ID
+#                           and VERSION_ID), bootloader (method, update command), cmdline
+#                           (the kernel parameters), and per file "file KEY PATH FLAGS
+#                           DRIFT REMOVAL" (flags: reload, bootloader; the interrupt words
+#                           for a file edited on the host and for a removed file)
 #   resolved.file.<name>    each file's content, as the role writes it
-#   resolved.checks         per setting: probe, rule and expected value (tab separated)
+#   resolved.checks         per setting: id, probe, rule and expected value (tab separated)
 #   resolved.reboot, resolved.service.<unit>, resolved.noop
 #                           the settings' values, grouped by the interrupt a change needs;
 #                           the package's configInterrupts name these keys, so the planner
@@ -1301,13 +1305,12 @@ def dropin_units(profiles):
     return sorted(units)
 
 
-def _resolve_for_node(user, node, profiles, where):
-    """Resolve the profile for one node (None: no node, everything explicit)."""
+def _node_inputs(user, node, where):
+    """Accelerator, OS, cloud and options for one node (None: no node, all explicit)."""
     def wanted(key):
         value = str(user.get(key) or "auto").strip()
         return None if value == "auto" else value
 
-    name = node["name"] if node else None
     labels = node["labels"] if node else {}
     options = _json_mapping(user.get("options"), "options")
     accelerator, os_name, cloud = wanted("accelerator"), wanted("os"), wanted("cloud")
@@ -1322,14 +1325,10 @@ def _resolve_for_node(user, node, profiles, where):
             os_name = os_from_os_image(node.get("os_image") if node else None)
         if cloud is None:
             cloud = detect_cloud(labels)
-        resolved = resolve_profile(accelerator, user.get("intent") or "performance", os_name, cloud=cloud,
-                                   options=options, profiles=profiles,
-                                   extra=_json_mapping(user.get("extra"), "extra") or None)
     except ValidationError as exc:
-        raise ValidationError("%s%s" % ("node %s: " % name if name else "", exc.message), field=where,
+        raise ValidationError("%s%s" % ("node %s: " % node["name"] if node else "", exc.message), field=where,
                               hint=exc.hint)
-    resolved["warnings"] = warnings
-    return resolved
+    return (accelerator, os_name, cloud, options), warnings
 
 
 def plan_summary(resolved):
@@ -1343,7 +1342,6 @@ def plan_summary(resolved):
                      for sid, s in sorted(resolved["settings"].items(),
                                           key=lambda kv: (MECHANISMS.index(kv[1]["mechanism"]), kv[0]))],
         "skipped": [{"id": s["id"], "reason": s["reason"]} for s in resolved.get("skipped", [])],
-        "warnings": list(resolved.get("warnings") or []),
     }
 
 
@@ -1371,15 +1369,26 @@ def resolve_package_spec(spec, package, nodes, profiles, render, where=None):
     targets = list(nodes or []) or ([None] if explicit else [])
     if not targets:
         return dict(spec), {}
-    rendered, per_node, variants = {}, {}, {}
+    extra = _json_mapping(user.get("extra"), "extra") or None
+    rendered, per_node, variants, cache = {}, {}, {}, {}
     for node in targets:
-        resolved = _resolve_for_node(user, node, profiles, where)
-        config = package_config(resolved, render(resolved, user.get("power_profile_command")), skip)
-        identity = json.dumps(config, sort_keys=True)
+        inputs, warnings = _node_inputs(user, node, where)
+        key = json.dumps(inputs, sort_keys=True)
+        if key not in cache:
+            accelerator, os_name, cloud, options = inputs
+            try:
+                resolved = resolve_profile(accelerator, user.get("intent") or "performance", os_name, cloud=cloud,
+                                           options=options, profiles=profiles, extra=extra)
+            except ValidationError as exc:
+                raise ValidationError("%s%s" % ("node %s: " % node["name"] if node else "", exc.message),
+                                      field=where, hint=exc.hint)
+            config = package_config(resolved, render(resolved, user.get("power_profile_command")), skip)
+            cache[key] = (resolved, config, json.dumps(config, sort_keys=True))
+        resolved, config, identity = cache[key]
         rendered[identity] = (resolved, config)
         variants.setdefault(identity, []).append(node["name"] if node else None)
         if node:
-            per_node[node["name"]] = plan_summary(resolved)
+            per_node[node["name"]] = dict(plan_summary(resolved), warnings=list(warnings))
     if len(variants) > 1:
         groups = "; ".join("%s (%s)" % (rendered[i][0]["name"], ", ".join(sorted(n for n in names if n)))
                            for i, names in sorted(variants.items(), key=lambda kv: rendered[kv[0]][0]["name"]))

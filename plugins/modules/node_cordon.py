@@ -41,7 +41,7 @@ attributes:
   check_mode:
     support: full
 notes:
-  - Runs where the Kubernetes API is reachable, usually with C(delegate_to: localhost).
+  - "Runs where the Kubernetes API is reachable, usually with C(delegate_to: localhost)."
 author:
   - NodeWright maintainers
 """

@@ -17,7 +17,9 @@ its systemctl answers ``show UNIT -p PROPERTY`` with the unit's state instead of
 property (systemd drop-ins), runs no unit (the governor unit; its boot takes the
 governor from /etc/default/cpufrequtils only), starts at boot only units linked in
 multi-user.target.wants (not Wants= drop-ins), and its nvidia-smi reports persistence
-mode only after ``nvidia-smi -pm 1`` (not when nvidia-persistenced runs).
+mode only after ``nvidia-smi -pm 1`` (not when nvidia-persistenced runs). Its host roots
+have no systemd-modules-load.service or nvidia-fabricmanager.service unit either, so no
+change here asks for a restart of those.
 """
 
 from __future__ import annotations
@@ -186,3 +188,14 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
     assert host_result(changed, node, "Checked")["msg"]["ok"]
     assert read(sim, node, "/proc/sys/vm/swappiness").strip() == "10"
     assert boot_id(sim, node) == booted
+    assert "systemctl daemon-reload" in read(sim, node, "/var/lib/nodewright-sim/actions.log")
+
+    # Removing the tuning takes every file away and the parameters out of the boot configuration.
+    removed = sim.playbook(tmp_path, {"vars": play_vars, "tasks": [
+        role(nvidia_tuning_state="absent", **TUNE_VARS), report("Tuned", "{{ nvidia_tuning_interrupt }}")]},
+        hosts=[node])
+    assert removed.returncode == 0, removed.stdout[-3000:]
+    assert host_result(removed, node, "Tuned")["msg"]["type"] == "reboot"
+    for path in t.managed_paths():
+        assert not os.path.exists(os.path.join(sim.host_root(node), path)), path
+    assert "iommu=pt" not in read(sim, node, "/boot/grub/grub.cfg")

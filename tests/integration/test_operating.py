@@ -209,7 +209,7 @@ def test_a_node_that_joins_tainted_gets_its_packages_then_becomes_schedulable(si
     gate = condition(after, markers.CONDITION_BLOCKED)
     assert gate is None or (gate["status"], gate["reason"]) == ("False", "RuntimeReady")
     assert any("taint %s removed" % markers.TAINT_RUNTIME_REQUIRED in e.message
-               for e in node_events(sim, node, markers.EVENT_COMPLETE))
+               for e in node_events(sim, node, markers.EVENT_RUNTIME_READY))
     wait_for(lambda: sim.core.read_namespaced_pod(pod, ns).spec.node_name == node, timeout=400,
              what="the pod scheduled once the gate opened")
 

@@ -193,6 +193,26 @@ def test_the_plan_shows_each_nodes_settings():
     assert "      modprobe: nvidia/NVreg_CoherentGPUMemoryMode = driver (reboot)" in lines
 
 
+def test_filters_for_direct_use_and_for_the_role():
+    from ansible.errors import AnsibleFilterError
+
+    from ansible_collections.nodewright.fleet.plugins.filter.tuning import FilterModule
+
+    filters = FilterModule().filters()
+    spec = filters["tuning_package_spec"]({"name": "nvidia-tuning", "config": {"intent": "inference"}},
+                                          labels=GB200["labels"], os_image=UBUNTU, node="gb200-0000")
+    assert set(spec) == {"name", "config", "interrupt", "config_interrupts"}
+    assert "gb200/inference on ubuntu-24.04" in spec["config"][t.KEY_PROFILE]
+    assert spec["interrupt"] == REBOOT
+    with pytest.raises(AnsibleFilterError, match="node gb200-0000: os: unsupported operating system"):
+        filters["tuning_package_spec"]({"config": {}}, labels=GB200["labels"], os_image="Windows Server 2022",
+                                       node="gb200-0000")
+    resolved = filters["tuning_profile"]("h100", "performance", "ubuntu-24.04")
+    files = filters["tuning_render_files"](resolved, "/opt/power --profile {profile}")
+    assert [f["path"] for f in files] == [f["path"] for f in resolved["files"]]
+    assert all(f["content"].startswith("# Managed by NodeWright (NVIDIA tuning)") for f in files)
+
+
 # ------------------------------------------------------------------ the shell comparator
 
 def _compare(tmp_path, spec, observed):
