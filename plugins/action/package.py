@@ -192,12 +192,31 @@ class ActionModule(ActionBase):
                 module_args["packages"] = sent
             elif sent:
                 module_args.update(sent[0])
-            result.update(self._execute_module(module_name="nodewright.fleet.package", module_args=module_args,
-                                               task_vars=task_vars))
+            if self._is_local() and os.environ.get("NODEWRIGHT_INPROCESS", "1") not in ("0", "false", "no"):
+                result.update(self._run_in_process(module_args))
+            else:
+                result.update(self._execute_module(module_name="nodewright.fleet.package",
+                                                   module_args=module_args, task_vars=task_vars))
             return result
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _run_in_process(self, module_args):
+        """The host is this controller (a local connection, e.g. the simulator's host
+        roots): run the module's logic here instead of shipping it to a new Python."""
+        from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+        from ansible_collections.nodewright.fleet.plugins.modules import package as package_module
+        validated = ArgumentSpecValidator(package_module.ARGUMENT_SPEC,
+                                          mutually_exclusive=package_module.MUTUALLY_EXCLUSIVE).validate(module_args)
+        if validated.error_messages:
+            return {"failed": True, "msg": "; ".join(validated.error_messages)}
+        check_mode = bool(self._task.check_mode if self._task.check_mode is not None
+                          else self._play_context.check_mode)
+        outcome = package_module.run(validated.validated_parameters, check_mode)
+        outcome.setdefault("changed", False)
+        return outcome
 
     def _validate(self, specs, staging):
         """Resolve and validate every package; the specs the module gets back point

@@ -325,28 +325,28 @@ def _extract(archive, workdir):
     return target
 
 
-def main():
-    package_spec = dict(
-        name=dict(type="str"), src=dict(type="str"), version=dict(type="str"), config=dict(type="dict"),
-        env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
-        depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
-    )
-    module = AnsibleModule(
-        argument_spec=dict(
-            package_spec,
-            packages=dict(type="list", elements="dict"),
-            host_root=dict(type="path", default="/"),
-            resource=dict(type="str", default="default"),
-            recorded_state=dict(type="raw"),
-            prune=dict(type="bool", default=False),
-            phase=dict(type="str", choices=["main", "post-interrupt", "check"], default="main"),
-            keep_logs=dict(type="int", default=5),
-            reapply=dict(type="bool", default=False),
-        ),
-        mutually_exclusive=[("packages", "name"), ("packages", "src")],
-        supports_check_mode=True,
-    )
-    p = module.params
+PACKAGE_SPEC = dict(
+    name=dict(type="str"), src=dict(type="str"), version=dict(type="str"), config=dict(type="dict"),
+    env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
+    depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
+)
+ARGUMENT_SPEC = dict(
+    PACKAGE_SPEC,
+    packages=dict(type="list", elements="dict"),
+    host_root=dict(type="path", default="/"),
+    resource=dict(type="str", default="default"),
+    recorded_state=dict(type="raw"),
+    prune=dict(type="bool", default=False),
+    phase=dict(type="str", choices=["main", "post-interrupt", "check"], default="main"),
+    keep_logs=dict(type="int", default=5),
+    reapply=dict(type="bool", default=False),
+)
+MUTUALLY_EXCLUSIVE = [("packages", "name"), ("packages", "src")]
+
+
+def run(p, check_mode):
+    """The module's work on validated parameters; returns the result (``failed`` on error).
+    The action plugin calls this directly when the host is the controller itself."""
     if p["packages"] is not None:
         specs = [{k: v for k, v in spec.items() if v is not None} for spec in p["packages"]]
     elif p["name"] or p["src"]:
@@ -354,9 +354,9 @@ def main():
     elif p["phase"] in ("post-interrupt", "check"):
         specs = []
     else:
-        module.fail_json(msg="give name or src (one package) or packages (a list, may be empty)")
+        return dict(failed=True, msg="give name or src (one package) or packages (a list, may be empty)")
     if not os.path.isdir(p["host_root"]):
-        module.fail_json(msg="host_root %s is not a directory" % p["host_root"])
+        return dict(failed=True, msg="host_root %s is not a directory" % p["host_root"])
 
     def annotation(state):
         return dict(key=state_annotation(p["resource"]),
@@ -366,17 +366,16 @@ def main():
         try:
             found = check_packages(host_root=p["host_root"], resource=p["resource"],
                                    recorded_state=p["recorded_state"], keep_logs=p["keep_logs"],
-                                   reapply=p["reapply"] and not module.check_mode)
+                                   reapply=p["reapply"] and not check_mode)
         except NodeWrightError as exc:
-            module.fail_json(msg=str(exc))
+            return dict(failed=True, msg=str(exc))
         except OSError as exc:
-            module.fail_json(msg="checking packages on host root %s failed: %s" % (p["host_root"], exc))
+            return dict(failed=True, msg="checking packages on host root %s failed: %s" % (p["host_root"], exc))
         lines = ["%s %s: drifted, %s failed: %s" % (d["name"], d["version"], d["stage"] or "copy",
                                                     d["message"].splitlines()[0]) for d in found["drifted"]]
-        module.exit_json(changed=bool(found["reapply"]), plan=None, results=[],
-                         interrupt=pending_interrupt(found["state"]),
-                         annotation=annotation(found["state"]),
-                         msg="\n".join(lines) or "no drift in %d package(s)" % len(found["checked"]), **found)
+        return dict(changed=bool(found["reapply"]), plan=None, results=[],
+                    interrupt=pending_interrupt(found["state"]), annotation=annotation(found["state"]),
+                    msg="\n".join(lines) or "no drift in %d package(s)" % len(found["checked"]), **found)
 
     workdir = tempfile.mkdtemp(prefix="nodewright-package-")
     try:
@@ -386,20 +385,29 @@ def main():
         try:
             done = run_packages(specs, host_root=p["host_root"], resource=p["resource"],
                                 recorded_state=p["recorded_state"], prune=p["prune"], phase=p["phase"],
-                                check_mode=module.check_mode, keep_logs=p["keep_logs"])
+                                check_mode=check_mode, keep_logs=p["keep_logs"])
         except StepFailed as exc:
             state = getattr(exc, "state", None) or {"packages": {}, "status": "erroring"}
-            module.fail_json(msg=str(exc), plan=getattr(exc, "plan", None),
-                             results=getattr(exc, "package_results", exc.results), state=state,
-                             interrupt=pending_interrupt(state), log=exc.log, annotation=annotation(state))
+            return dict(failed=True, msg=str(exc), plan=getattr(exc, "plan", None),
+                        results=getattr(exc, "package_results", exc.results), state=state,
+                        interrupt=pending_interrupt(state), log=exc.log, annotation=annotation(state))
         except NodeWrightError as exc:
             errors = [str(e) for e in getattr(exc, "errors", [])] or [str(exc)]
-            module.fail_json(msg=str(exc), errors=errors)
+            return dict(failed=True, msg=str(exc), errors=errors)
         except OSError as exc:
-            module.fail_json(msg="running packages on host root %s failed: %s" % (p["host_root"], exc))
-        module.exit_json(msg="\n".join(plan_summary(done["plan"])), annotation=annotation(done["state"]), **done)
+            return dict(failed=True, msg="running packages on host root %s failed: %s" % (p["host_root"], exc))
+        return dict(msg="\n".join(plan_summary(done["plan"])), annotation=annotation(done["state"]), **done)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE,
+                           supports_check_mode=True)
+    result = run(module.params, module.check_mode)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
