@@ -513,7 +513,10 @@ class StrategyModule(LinearStrategyModule):
                 message = halt_message(decision, record.untouched())
                 record.finish(HALTED, message)
                 display.error(message, wrap_text=False)
-                return result | self._tqm.RUN_FAILED_BREAK_PLAY
+                # End this play only: a later play (publishing the resources' status, say)
+                # still runs; the failed nodes make the playbook's exit status non-zero.
+                iterator.end_play = True
+                return result or self._tqm.RUN_FAILED_HOSTS
 
             # COMPLETE or INCOMPLETE: nothing more to do in this run.
             record.finish(decision.status, decision.reason)

@@ -387,6 +387,26 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     assert "numa_balancing" not in read(root, "/proc/cmdline")
 
 
+def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
+    root = str(tmp_path / "cos")
+    hostroot.create(root, base_image, dict(HOSTS["h100"], os_id="cos"))
+    node = dict(H100, os_image="Container-Optimized OS from Google",
+                labels=dict(H100["labels"], **{"cloud.google.com/gke-nodepool": "gpu"}))
+    spec, per_node = spec_for(node, intent="multiNodeTraining")
+    assert per_node["h100-0000"]["cloud"] == "gke" and not per_node["h100-0000"]["reboot"]
+    assert t.KEY_REBOOT not in spec["config"]
+    applied = run(root, spec)
+    assert applied["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
+    written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/nvidia-tuning/files").splitlines()]
+    assert written == [t.SYSCTL_FILE]
+    assert not exists(root, t.GRUB_FILE) and not exists(root, t.MODPROBE_FILE)
+    done = interrupt_and_verify(root, applied)
+    resolved = t.resolve_profile("h100", "multiNodeTraining", "cos", profiles=PROFILES)
+    assert {s["mechanism"] for s in resolved["settings"].values()} == {"sysctl"}
+    assert "all %d setting(s) in effect" % len(resolved["settings"]) in step_output(done, "post-interrupt-check")
+    assert sh(root, "sysctl -n net.ipv4.tcp_congestion_control") == "cubic"  # GKE rejects bbr on GPU nodes
+
+
 def test_a_host_that_does_not_match_the_profile_is_refused(tmp_path, base_image):
     root = host(tmp_path, base_image, "h100")
     spec, _ = spec_for(GB200)
