@@ -109,6 +109,26 @@ def sim():
         cluster.down()
 
 
+H100_NODE = {"name": "n1", "arch": "amd64", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0",
+             "gpu_count": 8, "gpu_memory_mib": 81559}
+
+
+@pytest.fixture(scope="session")
+def base_image(tmp_path_factory):
+    """The simulator's host-root userland, prepared once for tests that need no cluster."""
+    from nodewright_sim import hostroot
+    return hostroot.BaseImage(str(tmp_path_factory.mktemp("base") / "img")).prepare()
+
+
+@pytest.fixture
+def root(tmp_path, base_image):
+    """A fresh host root of an H100 node (busybox userland and the simulator's stand-ins)."""
+    from nodewright_sim import hostroot
+    path = str(tmp_path / "node")
+    hostroot.create(path, base_image, H100_NODE)
+    return path
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "sim" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("integration"):

@@ -23,7 +23,6 @@ import urllib.request
 
 import pytest
 import yaml
-from nodewright_sim import hostroot
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
@@ -37,8 +36,6 @@ pytestmark = pytest.mark.integration
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SKYHOOK_SHELLSCRIPT = os.path.join(REPO, "tests", "fixtures", "skyhook", "shellscript")
-NODE = {"name": "n1", "arch": "amd64", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0", "gpu_count": 8,
-        "gpu_memory_mib": 81559}
 TOOLS = {"skopeo": "skopeo", "docker-registry": "docker-registry"}
 
 
@@ -225,17 +222,6 @@ def skyhook_image(registry, tmp_path_factory):
     write_layout(layout, [BASE_LAYER, dir_files(SKYHOOK_SHELLSCRIPT, "skyhook-package")], "1.0.0")
     return registry.push(layout, "skyhook/shellscript", "1.0.0")
 
-
-@pytest.fixture(scope="session")
-def base_image(tmp_path_factory):
-    return hostroot.BaseImage(str(tmp_path_factory.mktemp("base") / "img")).prepare()
-
-
-@pytest.fixture
-def root(tmp_path, base_image):
-    path = str(tmp_path / "node")
-    hostroot.create(path, base_image, NODE)
-    return path
 
 
 def read(root, path):

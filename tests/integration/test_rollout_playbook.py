@@ -173,3 +173,30 @@ def test_missing_policy_leaves_the_resource_blocked_with_the_reason(sim, tmp_pat
     blocked = [c for c in status["conditions"] if c["type"] == "Blocked"][0]
     assert blocked["status"] == "True"
     assert "nodewright.io/status-%s" % res not in fleet.node_labels(fleet.nodes[0])
+
+
+def test_interrupt_requested_at_run_time_drains_the_node_first(sim, tmp_path):
+    from k8s_helpers import deployment_on, running_pods
+    fleet = Fleet(sim, tmp_path, [("h200", 2)])
+    n1, n2 = fleet.nodes
+    ns = sim.namespace("late")
+    sim.core.patch_node(n2, {"spec": {"unschedulable": True}})
+    deployment_on(sim, ns, "svc", [n1, n2], 1)
+    sim.core.patch_node(n2, {"spec": {"unschedulable": None}})
+    sim.core.patch_node(n2, {"metadata": {"labels": {"rollout-test": "elsewhere"}}})
+    res = "late-" + fleet.label
+    fleet.create("NodeWright", res, {
+        "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
+        "packages": {"shellscript": {"version": "1.0.0", "configMap": {
+            "apply.sh": "echo 'service containerd' > \"$NODEWRIGHT_INTERRUPT_FILE\"\n"}}}})
+    plan = fleet.plan(res)
+    assert plan["nodes"][n1]["disruptive"] is False
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    drained = [t for t in proc.report["hosts"][n1]["results"] if t["task"] == "Drain the node before the interrupt"]
+    assert drained and any(e.startswith(ns + "/svc-") for e in drained[0]["evicted"])
+    assert [p.spec.node_name for p in running_pods(sim, ns, "app=svc")] == [n2]
+    restarts = hostroot.run(sim.host_root(n1), "cat /run/nodewright-sim/units/containerd.service.restarts")
+    assert restarts.stdout.strip()
+    assert not sim.core.read_node(n1).spec.unschedulable
+    assert fleet.node_labels(n1)["nodewright.io/status-%s" % res] == "complete"

@@ -20,22 +20,9 @@ pytestmark = pytest.mark.unit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = os.path.join(REPO, "packages")
-NODE = {"name": "n1", "arch": "amd64", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0", "gpu_count": 8,
-        "gpu_memory_mib": 81559}
 NOOP = {"type": "noop", "services": []}
 REBOOT = {"type": "reboot", "services": []}
 
-
-@pytest.fixture(scope="session")
-def base_image(tmp_path_factory):
-    return hostroot.BaseImage(str(tmp_path_factory.mktemp("base") / "img")).prepare()
-
-
-@pytest.fixture
-def root(tmp_path, base_image):
-    path = str(tmp_path / "node")
-    hostroot.create(path, base_image, NODE)
-    return path
 
 
 def sh(root, command):
