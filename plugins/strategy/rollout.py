@@ -454,6 +454,7 @@ class StrategyModule(LinearStrategyModule):
     def _run_waves(self, iterator, play_context, settings, nodes, by_name, record, rollout, original_tasks,
                    source):
         result = int(self._tqm.RUN_OK)
+        progress = {}  # compartment -> {"ok", "failed", "total"}: the per-wave progress line
         while True:
             if self._tqm._terminated:
                 record.finish("interrupted", "the run was interrupted")
@@ -488,6 +489,15 @@ class StrategyModule(LinearStrategyModule):
                                 % (wave.number, len(succeeded), len(failed),
                                    (" (%s)" % _names(sorted(failed))) if failed else ""),
                                 color=C.COLOR_ERROR if failed else C.COLOR_OK)
+                for comp, hosts in wave.compartments.items():
+                    entry = progress.setdefault(comp, {"ok": 0, "failed": 0, "total": 0})
+                    entry["total"] = max(entry["total"], wave.totals.get(comp, 0))
+                    entry["failed"] += len([h for h in hosts if h in failed])
+                    entry["ok"] += len([h for h in hosts if h not in failed])
+                display.display("NodeWright progress: %s" % "; ".join(
+                    "%s %d ok, %d failed, %d remaining of %d" % (
+                        comp, e["ok"], e["failed"], max(0, e["total"] - e["ok"] - e["failed"]), e["total"])
+                    for comp, e in sorted(progress.items())), color=C.COLOR_VERBOSE)
 
                 if result & self._tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
                     why = ("max_fail_percentage reached" if result & self._tqm.RUN_FAILED_BREAK_PLAY
