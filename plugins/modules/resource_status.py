@@ -73,7 +73,10 @@ import json
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
 from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
-from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import compute_status
+from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import (
+    RESOURCE_STATUSES,
+    compute_status,
+)
 
 try:
     from kubernetes import client as k8s_client
@@ -112,8 +115,7 @@ ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
     targets=dict(type="list", elements="str", default=[]),
     packages=dict(type="list", elements="dict", default=[]),
-    status=dict(type="str", choices=["unknown", "complete", "blocked", "waiting", "disabled", "paused",
-                                     "in_progress", "erroring", "halted"]),
+    status=dict(type="str", choices=list(RESOURCE_STATUSES)),
     message=dict(type="str"),
     generation=dict(type="int"),
     extra=dict(type="dict"),
