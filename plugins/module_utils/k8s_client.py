@@ -146,6 +146,44 @@ def build_configuration(auth):
 
 _CLIENT_CACHE = {}
 
+# The typed API classes NodeWright's modules use. kubernetes >= 35 loads each API
+# class and its pydantic models on first use: CoreV1Api alone builds some 250 model
+# classes, about half a second of CPU. Ansible runs every task in a freshly forked
+# worker, so a rollout would pay that once per node and task; warm_imports() lets the
+# controller pay it once, before the workers fork.
+_TYPED_APIS = ("CoreV1Api", "CustomObjectsApi", "BatchV1Api")
+
+
+def warm_imports():
+    """Load the typed API classes into this process (no network, no credentials).
+
+    Call it in a long-lived parent (the Ansible controller) so that forked workers
+    inherit the loaded classes. Returns False when the library is missing."""
+    if not HAS_KUBERNETES:
+        return False
+    for name in _TYPED_APIS:
+        getattr(k8s_client, name)
+    return True
+
+
+def _forget_inherited_connections():
+    """In a forked child, drop the pooled connections inherited from the parent.
+
+    A TLS connection cannot be shared between processes; without this, a worker
+    forked from a controller that had already talked to the API server could write
+    into the parent's connection. Closing the child's copy of the socket does not
+    disturb the parent's."""
+    for api in list(_CLIENT_CACHE.values()):
+        try:
+            api.rest_client.pool_manager.clear()
+        except Exception:  # pylint: disable=broad-except  # a stale pool must never fail a task
+            _CLIENT_CACHE.clear()
+            return
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_connections)
+
 
 def get_api_client(params=None, environ=None):
     """A cached ApiClient per distinct auth; reusing it keeps connections pooled."""

@@ -10,6 +10,9 @@ per task; when the task runs on the controller, this plugin runs the module's
 logic inside the controller's worker process instead - same argument spec, same
 result. Elsewhere (a task that really runs on a remote host) the module is
 executed the ordinary way. ``NODEWRIGHT_INPROCESS=0`` turns the shortcut off.
+
+Ansible forks a new worker for every task and host; the Kubernetes API classes
+are loaded once in the controller (see below), so the workers inherit them.
 """
 
 from __future__ import annotations
@@ -20,11 +23,17 @@ import os
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import warm_imports
 from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import (
     InProcessModule,
     full_argument_spec,
     result_of,
 )
+
+# The strategy loads this class in the controller before it forks the task workers
+# (to read BYPASS_HOST_LOOP); loading the Kubernetes API classes here means every
+# worker inherits them instead of importing them again for each node and task.
+warm_imports()
 
 
 def _short_name(action):

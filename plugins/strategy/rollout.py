@@ -50,6 +50,7 @@ notes:
 """
 
 import datetime
+import gc
 import time
 
 from ansible import constants as C
@@ -477,7 +478,15 @@ class StrategyModule(LinearStrategyModule):
                 self._inventory.restrict_to_hosts([by_name[name] for name in wave.nodes])
                 iterator.all_tasks[:] = original_tasks
                 iterator.cur_task = 0
-                result = super(StrategyModule, self).run(iterator, play_context)
+                # Every task of the wave forks a worker per host from this process. Frozen
+                # objects are left alone by the workers' garbage collector, so their pages
+                # stay shared with the controller instead of being copied into each worker.
+                gc.collect()
+                gc.freeze()
+                try:
+                    result = super(StrategyModule, self).run(iterator, play_context)
+                finally:
+                    gc.unfreeze()
 
                 failed = {name for name in wave.nodes
                           if iterator.is_failed(by_name[name]) or name in self._tqm._unreachable_hosts}
