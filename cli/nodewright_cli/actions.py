@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""``nodewright pause|resume|disable|enable NAME``, ``ignore NODE`` and ``reset NODE``.
+"""``nodewright pause|resume|disable|enable NAME``, ``ignore NODE``, ``reset NODE`` and
+``reset-batches NAME``.
 
 Each action only changes annotations and labels (the keys of ``markers``): a
 resource's pause/disable annotation, a node's ignore label, a node's NodeWright
@@ -30,6 +31,17 @@ def resource_patch(resource, action):
     if current == value:
         return None
     return {"metadata": {"annotations": {key: value}}}
+
+
+def batch_reset_patch(resource):
+    """Status patch that forgets a resource's rollout batch state, or None when it has none.
+
+    The next rollout then starts each compartment from its first batch, and a halted
+    compartment may run again."""
+    status = resource.get("status") or {}
+    if not status.get("rolloutState") and not status.get("compartmentStatuses"):
+        return None
+    return {"rolloutState": None, "compartmentStatuses": None}
 
 
 def ignore_patch(node, undo=False):

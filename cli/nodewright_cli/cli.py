@@ -9,6 +9,7 @@
     nodewright pause|resume|disable|enable NAME
     nodewright ignore NODE [--undo]
     nodewright reset NODE [--resource NAME]
+    nodewright reset-batches NAME
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -136,6 +137,10 @@ def build_parser():
     rs.add_argument("node")
     rs.add_argument("--resource", help="only this resource's record (default: all)")
     rs.add_argument("--dry-run", action="store_true")
+    rb = sub.add_parser("reset-batches", help="forget a NodeWright resource's batch state (a halted rollout "
+                                              "starts again from its first batch)")
+    rb.add_argument("name", help="NodeWright resource")
+    rb.add_argument("--dry-run", action="store_true")
     return p
 
 
@@ -260,9 +265,22 @@ def cmd_reset(args):
     return 0
 
 
+def cmd_reset_batches(args):
+    from nodewright_cli import actions
+    cluster = _cluster(args)
+    patch = actions.batch_reset_patch(cluster.nodewright(args.name))
+    if patch and not args.dry_run:
+        cluster.patch_nodewright_status(args.name, patch)
+    _print_patch("NodeWright %s status" % args.name, patch, args.dry_run,
+                 "NodeWright %s: batch state removed; the next rollout starts from each compartment's first batch"
+                 % args.name, "NodeWright %s has no recorded batch state" % args.name)
+    return 0
+
+
 COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
             "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
-            "ignore": cmd_ignore, "reset": cmd_reset}
+            "ignore": cmd_ignore, "reset": cmd_reset,
+            "reset-batches": cmd_reset_batches}
 
 
 def main(argv=None):

@@ -1005,8 +1005,10 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
 
     if not candidates:
         if halted:
-            return decision(HALTED, "; ".join(halted_reasons) + "; fix the failed nodes (%s), then reset the "
-                            "rollout's batch state to resume" % _names(state.failed & set(by_name)))
+            failed_here = state.failed & set(by_name)
+            return decision(HALTED, "; ".join(halted_reasons) + "; fix the failed nodes%s, then reset the "
+                            "rollout's batch state to resume (nodewright reset-batches NAME, or any change of the "
+                            "resource's spec)" % ((" (%s)" % _names(failed_here)) if failed_here else ""))
         held = [v.name for v in views if v.name in elsewhere and v.name not in finished]
         if held:
             return decision(WAITING, "%d node(s) are in progress under other NodeWright resources (%s); "

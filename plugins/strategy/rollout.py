@@ -35,6 +35,14 @@ description:
     Kubernetes client)."
   - "Node labels come from each host's C(k8s_node.labels) (the C(nodewright.fleet.k8s_nodes) inventory), else
     its C(nodewright_node_labels) variable, else the Node of that name read from the Kubernetes API."
+  - "With C(nodewright_rollout_state_resource) (the name of a NodeWright resource; C(playbooks/rollout.yml) sets
+    it) the policy engine's batch state is kept in that resource's status: C(status.rolloutState) and
+    C(status.compartmentStatuses) are written after every wave, and the next run resumes from them (a halted
+    compartment stays halted). A change of the resource's spec (package version, config, policy) starts a new
+    rollout from the first batch; C(nodewright reset-batches NAME) does the same without a change."
+  - When the rollout play ends, C(localhost) gets the fact C(nodewright_rollout_outcome) (C(status) complete,
+    incomplete, halted, waiting or interrupted; C(reason); C(resource); C(play)) for a later play to publish or
+    act on.
   - Each admitted host gets the fact C(nodewright_rollout) with C(wave), C(compartment), C(wave_size) and
     C(policy); the wave decisions go into the run report of the C(nodewright.fleet.report) callback and into
     the custom stats (C(nodewright_rollout)) that ansible-runner reports as C(artifact_data).
@@ -44,6 +52,7 @@ notes:
     docs/rollout.md for what it means, how to silence it, and C(bin/nodewright-rollout), which runs the same
     engine without this plugin.
   - "Play variables: C(nodewright_rollout_policy) or C(nodewright_rollout_policy_name);
+    C(nodewright_rollout_state_resource) (optional, see above);
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
     one; false: end the play and say when it opens); C(nodewright_rollout_k8s_auth) (a mapping of the
     C(nodewright.fleet.k8s_auth) options, for the policy and Node reads)."
@@ -59,7 +68,7 @@ from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModu
 from ansible.template import Templar
 from ansible.utils.display import Display
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
 from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
     COMPLETE,
@@ -67,6 +76,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
     INCOMPLETE,
     WAITING,
     WAVE,
+    BatchState,
     RolloutState,
     compartment_statuses,
     next_wave,
@@ -82,9 +92,12 @@ VAR_POLICY_NAME = "nodewright_rollout_policy_name"
 VAR_WAIT_FOR_WINDOW = "nodewright_rollout_wait_for_window"
 VAR_K8S_AUTH = "nodewright_rollout_k8s_auth"
 VAR_DRIVER = "nodewright_rollout_driver"   # set by bin/nodewright-rollout: it makes the waves itself
+VAR_STATE_RESOURCE = "nodewright_rollout_state_resource"
+NODEWRIGHT_PLURAL = "nodewrights"
 VAR_NODE_LABELS = "nodewright_node_labels"
 VAR_INVENTORY_NODE = "k8s_node"
 FACT = "nodewright_rollout"
+OUTCOME_FACT = "nodewright_rollout_outcome"
 CUSTOM_STAT = "nodewright_rollout"
 
 DRIVER_WAVE_RUNNER = "wave_runner"
@@ -98,7 +111,9 @@ _WAIT_SLICE = 30.0
 class RolloutSettings(object):
     """The rollout's play variables, checked."""
 
-    def __init__(self, policy_spec=None, policy_name=None, wait_for_window=True, k8s_auth=None, driver=None):
+    def __init__(self, policy_spec=None, policy_name=None, wait_for_window=True, k8s_auth=None, driver=None,
+                 state_resource=None):
+        self.state_resource = state_resource
         self.policy_spec = policy_spec
         self.policy_name = policy_name
         self.wait_for_window = wait_for_window
@@ -134,9 +149,13 @@ def read_settings(variables):
         raise NodeWrightError("%s must be a mapping of Kubernetes connection options (kubeconfig, context, host, "
                               "api_key, ...), got %s" % (VAR_K8S_AUTH, type(auth).__name__))
     wait = variables.get(VAR_WAIT_FOR_WINDOW)
+    state_resource = variables.get(VAR_STATE_RESOURCE)
+    if state_resource is not None and not isinstance(state_resource, str):
+        raise NodeWrightError("%s must be the name of a NodeWright resource, got %r"
+                              % (VAR_STATE_RESOURCE, state_resource))
     return RolloutSettings(policy_spec=spec, policy_name=name or None,
                            wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
-                           k8s_auth=dict(auth), driver=driver)
+                           k8s_auth=dict(auth), driver=driver, state_resource=state_resource or None)
 
 
 def check_serial(serial, play_name):
@@ -160,6 +179,110 @@ def fetch_deployment_policy(name, auth=None):
     path = "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, DEPLOYMENT_POLICY_PLURAL, name)
     obj = get_json(_api(auth), path, "read DeploymentPolicy %s" % name)
     return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
+
+
+def spec_key(resource):
+    """What a rollout's batch state belongs to: the resource's packages and its spec generation.
+
+    Any change of the spec (a new package version, new config, another policy) makes a
+    new key, and so a new rollout that starts from the first batch."""
+    packages = ((resource or {}).get("spec") or {}).get("packages") or {}
+    names = ",".join("%s:%s" % (name, (packages[name] or {}).get("version", "")) for name in sorted(packages))
+    return "%s (generation %s)" % (names, ((resource or {}).get("metadata") or {}).get("generation", "?"))
+
+
+def resume_state(policy, resource):
+    """``(state, note)``: the RolloutState a run of ``resource`` starts from.
+
+    The batch states recorded in ``status.rolloutState`` are taken up again when they
+    belong to the same spec (``spec_key``); a changed spec, or a record that cannot be
+    read, starts from the first batch. Node outcomes are not carried over: which nodes
+    still have work comes from their markers. ``note`` says what happened, or is None."""
+    key = spec_key(resource)
+    saved = ((resource or {}).get("status") or {}).get("rolloutState") or {}
+    fresh = RolloutState(policy, version=key)
+    if not isinstance(saved, dict) or not saved.get("batchStates"):
+        return fresh, None
+    if saved.get("version") != key:
+        return fresh, "the resource changed since the recorded rollout (%s, now %s): starting from the first " \
+                      "batch" % (saved.get("version"), key)
+    known = {comp.name for comp in policy.all_compartments}
+    try:
+        batches = {name: BatchState.from_dict(data, "status.rolloutState.batchStates.%s" % name)
+                   for name, data in (saved.get("batchStates") or {}).items() if name in known}
+    except (ValidationError, TypeError, AttributeError) as exc:
+        return fresh, "the recorded batch state cannot be used (%s): starting from the first batch" % exc
+    if not batches:
+        return fresh, None
+    halted = sorted(name for name, b in batches.items() if b.should_stop)
+    note = "resuming the recorded batch state of %s" % ", ".join(
+        "%s (batch %d)" % (name, b.current_batch) for name, b in sorted(batches.items()))
+    if halted:
+        note += "; halted: %s - change the resource or run `nodewright reset-batches %s` to start again" % (
+            ", ".join(halted), (resource.get("metadata") or {}).get("name", "NAME"))
+    return RolloutState(policy, batches=batches, version=key), note
+
+
+def state_patch(state, nodes, previous_status=None):
+    """Merge patch of a NodeWright's status that records ``state``: ``rolloutState``
+    (spec key, wave count, batch states) and ``compartmentStatuses``; compartments no
+    longer in the policy are removed."""
+    previous_status = previous_status or {}
+    compartments = compartment_statuses(state, nodes)
+    batches = {name: b.to_dict() for name, b in sorted(state.batches.items())}
+    for old in (previous_status.get("compartmentStatuses") or {}):
+        compartments.setdefault(old, None)
+    for old in ((previous_status.get("rolloutState") or {}).get("batchStates") or {}):
+        batches.setdefault(old, None)
+    return {"status": {"rolloutState": {"version": state.version, "waveNumber": state.wave_number,
+                                        "batchStates": batches},
+                       "compartmentStatuses": compartments}}
+
+
+def fetch_resource(name, auth=None):
+    """The NodeWright resource ``name`` as the API server has it (ClusterError when it cannot be read)."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
+    return get_json(_api(auth), "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, name),
+                    "read NodeWright %s" % name)
+
+
+class StateKeeper(object):
+    """Writes a rollout's batch state into a NodeWright resource's status (``state_patch``)."""
+
+    def __init__(self, name, auth=None, status=None):
+        self.name = name
+        self.auth = auth or {}
+        self.status = status or {}
+
+    @classmethod
+    def resume(cls, name, policy, auth=None, check_mode=False):
+        """``(state, note, keeper)`` for the resource ``name``: the resumed state, what was
+        resumed, and the keeper (None in check mode, or when the resource cannot be read -
+        then ``note`` says so and the state is fresh)."""
+        try:
+            resource = fetch_resource(name, auth)
+        except NodeWrightError as exc:
+            return RolloutState(policy), "the batch state of %s is neither resumed nor kept: %s" % (name, exc), None
+        state, note = resume_state(policy, resource)
+        keeper = None if check_mode else cls(name, auth, resource.get("status"))
+        return state, note, keeper
+
+    def save(self, state, nodes):
+        """Write ``state``; returns None, or the reason it could not be written."""
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call, k8s_client
+        patch = state_patch(state, nodes, self.status)
+        custom = k8s_client.CustomObjectsApi(_api(self.auth))
+        try:
+            call("write the rollout state of NodeWright %s" % self.name, custom.patch_cluster_custom_object_status,
+                 API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, self.name, patch)
+        except NodeWrightError as exc:
+            return "could not record the batch state of %s: %s" % (self.name, exc)
+        written = patch["status"]
+        self.status = {
+            "compartmentStatuses": {k: v for k, v in written["compartmentStatuses"].items() if v is not None},
+            "rolloutState": {"batchStates": {k: v for k, v in written["rolloutState"]["batchStates"].items()
+                                             if v is not None}}}
+        return None
 
 
 def load_policy(settings):
@@ -302,6 +425,10 @@ class RolloutRecord(object):
         self.reason = None
         self.started = _now()
         self.finished = None
+        self.notes = []
+
+    def note(self, text):
+        self.notes.append(text)
 
     def leave_out(self, hosts, why):
         for host in hosts:
@@ -354,6 +481,8 @@ class RolloutRecord(object):
             "untouched": self.untouched(),
             "leftOut": dict(self.left_out),
         }
+        if self.notes:
+            out["notes"] = list(self.notes)
         if state is not None:
             out["compartments"] = compartment_statuses(state, self.nodes)
             out["failed"] = sorted(state.failed)
@@ -398,7 +527,7 @@ class StrategyModule(LinearStrategyModule):
     def _play_variables(self, play):
         variables = self._variable_manager.get_vars(play=play)
         templar = Templar(loader=self._loader, variables=variables)
-        wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER)
+        wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER, VAR_STATE_RESOURCE)
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
@@ -435,7 +564,7 @@ class StrategyModule(LinearStrategyModule):
 
         record = RolloutRecord(play.get_name(), policy, source, nodes, driver="strategy")
         record.leave_out(sorted(earlier), "failed or unreachable earlier in the playbook")
-        rollout = RolloutState(policy)
+        rollout = self._start_state(settings, policy, play_context, record)
         self._publish(record, rollout)
         display.banner("NODEWRIGHT ROLLOUT [%s] %d node(s), policy %s" % (play.get_name(), len(nodes), source))
 
@@ -450,6 +579,11 @@ class StrategyModule(LinearStrategyModule):
             if record.status is None:
                 record.finish("interrupted", "the rollout stopped before the policy finished (interrupted or error)")
             self._publish(record, rollout)
+            self._save_state(rollout, nodes)
+            # For a later play on the controller: publish the outcome, end the playbook non-zero.
+            self._variable_manager.set_nonpersistent_facts("localhost", {OUTCOME_FACT: {
+                "status": record.status, "reason": record.reason, "resource": settings.state_resource,
+                "play": play.get_name()}})
         return result
 
     def _run_waves(self, iterator, play_context, settings, nodes, by_name, record, rollout, original_tasks,
@@ -494,6 +628,7 @@ class StrategyModule(LinearStrategyModule):
                 outcome = record_wave_result(rollout, succeeded=succeeded, failed=failed)
                 record.wave_finished(succeeded, failed, outcome)
                 self._publish(record, rollout)
+                self._save_state(rollout, nodes)
                 display.display("NodeWright wave %d: %d succeeded, %d failed%s"
                                 % (wave.number, len(succeeded), len(failed),
                                    (" (%s)" % _names(sorted(failed))) if failed else ""),
@@ -544,6 +679,26 @@ class StrategyModule(LinearStrategyModule):
             elif decision.status == COMPLETE:
                 display.display("NodeWright rollout: %s" % decision.reason, color=C.COLOR_OK)
             return result
+
+    def _start_state(self, settings, policy, play_context, record):
+        """The engine's state for this run: fresh, or resumed from the resource's status."""
+        self._nw_keeper = None
+        if not settings.state_resource:
+            return RolloutState(policy)
+        state, note, self._nw_keeper = StateKeeper.resume(settings.state_resource, policy, settings.k8s_auth,
+                                                          check_mode=bool(play_context.check_mode))
+        if note:
+            record.note(note)
+            display.display("NodeWright rollout: %s" % note, color=C.COLOR_VERBOSE)
+        return state
+
+    def _save_state(self, rollout, nodes):
+        """Write the batch state into the resource's status (not in check mode)."""
+        keeper = getattr(self, "_nw_keeper", None)
+        if keeper is not None:
+            problem = keeper.save(rollout, nodes)
+            if problem:
+                display.warning("NodeWright rollout: %s" % problem)
 
     def _stopped(self, record, why):
         untouched = record.untouched()

@@ -161,6 +161,57 @@ def test_failing_canary_halts_the_rollout_and_leaves_other_nodes_untouched(sim, 
             assert node not in proc.report["hosts"]
 
 
+def test_a_halt_is_remembered_until_the_batch_state_is_reset_or_the_resource_changes(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h200", 3)])
+    policy, res = "sticky-" + fleet.label, "sticky-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}, "strategy": {
+        "linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 1, "safetyLimit": 100}}}})
+    fleet.create("NodeWright", res, sysctl_resource(fleet, policy, value="not-a-number"))
+
+    def hosts(proc):
+        return sorted(h for h in proc.report["hosts"] if h != "localhost")
+
+    first = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert first.returncode != 0 and "halted" in first.stdout + first.stderr
+    (canary,) = hosts(first)
+    status = fleet.resource(res)["status"]
+    comp = status["compartmentStatuses"]["__default__"]
+    assert comp["batchState"]["shouldStop"] is True and comp["batchState"]["consecutiveFailures"] == 1
+    assert comp["matched"] == 3 and comp["progressPercent"] == 33
+    assert status["rolloutState"]["version"].startswith("sysctl:1.0.0 (generation ")
+    assert status["status"] == "halted" and "halted after 1 consecutive failed batch" in status["message"]
+
+    # The next run remembers the halt: no node is touched, and it says how to go on.
+    again = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert again.returncode != 0 and hosts(again) == []
+    assert "nodewright reset-batches" in again.stdout + again.stderr
+    for node in fleet.nodes:
+        if node != canary:
+            assert "nodewright.io/status-%s" % res not in fleet.node_labels(node)
+
+    # reset-batches: the rollout starts again from its first batch (one node, which fails again).
+    cli = os.path.join(os.path.dirname(sys.executable), "nodewright")
+    out = subprocess.run([cli, "reset-batches", res], capture_output=True, text=True, env=sim.env())
+    assert out.returncode == 0 and "batch state removed" in out.stdout, out.stdout + out.stderr
+    assert "rolloutState" not in fleet.resource(res)["status"]
+    retry = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert retry.returncode != 0 and len(hosts(retry)) == 1
+
+    # Fixing the config changes the spec: a new rollout, from the first batch, to the end.
+    body = {"spec": {"packages": {"sysctl": {"version": "1.0.0", "configMap": {"vm.max_map_count": "262144"}}}}}
+    fleet.custom.patch_cluster_custom_object(GROUP, VERSION, "nodewrights", res, body)
+    fixed = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert fixed.returncode == 0, fixed.stdout[-4000:]
+    assert [len(w) for w in waves_from_report(fixed.report)] == [1, 2]
+    assert "starting from the first batch" in " ".join(fixed.report["rollout"][0].get("notes", []))
+    status = fleet.resource(res)["status"]
+    assert status["completeNodes"] == "3/3"
+    comp = status["compartmentStatuses"]["__default__"]
+    # Complete: progress 100%, and the batch state reset for the next rollout (resetBatchStateOnCompletion).
+    assert comp["completed"] == 3 and comp["progressPercent"] == 100
+    assert comp["batchState"]["currentBatch"] == 1 and comp["batchState"]["shouldStop"] is False
+
+
 def test_missing_policy_leaves_the_resource_blocked_with_the_reason(sim, tmp_path):
     fleet = Fleet(sim, tmp_path, [("h100", 1)])
     res = "orphan-" + fleet.label

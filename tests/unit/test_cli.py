@@ -252,3 +252,12 @@ def test_drift_results_from_events():
     found, errors = runner.drift_results(events)
     assert found == {"n1": {"a": [{"name": "p", "stage": "config-check"}], "b": []}}
     assert errors == {"n2": "a: lock held"}
+
+
+def test_batch_reset_patch():
+    assert actions.batch_reset_patch({"status": {"status": "complete"}}) is None
+    assert actions.batch_reset_patch({}) is None
+    recorded = {"status": {"rolloutState": {"version": "v"}, "compartmentStatuses": {"a": {}}}}
+    assert actions.batch_reset_patch(recorded) == {"rolloutState": None, "compartmentStatuses": None}
+    parsed = cli.build_parser().parse_args(["reset-batches", "tune", "--dry-run"])
+    assert parsed.name == "tune" and parsed.dry_run
