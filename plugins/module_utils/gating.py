@@ -19,6 +19,7 @@ the API, for the ``node_gate`` module and the reconciler alike.
 from __future__ import annotations
 
 import datetime
+import time
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
@@ -276,9 +277,15 @@ def should_auto_taint(node, resources, now, window_s=600, taint_key=markers.TAIN
 # --------------------------------------------------------------------------- acting on a node
 
 
+# A node that has just joined is written to several times a second (its status, the
+# node lifecycle controller's taints), so a whole-list taint write may meet a few
+# conflicts in a row before one lands.
+_CONFLICT_ATTEMPTS = 8
+
+
 def _write_taint(core, name, node, present, key):
-    """Write the taint list; on a conflict (the node changed meanwhile) read it again once."""
-    for attempt in (1, 2):
+    """Write the taint list; on a conflict (the node changed meanwhile) read it again and retry."""
+    for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
         patch = taint_patch(node, present, key)
         if patch is None:
             return node
@@ -286,8 +293,9 @@ def _write_taint(core, name, node, present, key):
             node_ops.patch_node(core, name, patch)
             return node_ops.get_node(core, name)
         except ClusterError as exc:
-            if (exc.details or {}).get("status") != 409 or attempt == 2:
+            if (exc.details or {}).get("status") != 409 or attempt == _CONFLICT_ATTEMPTS:
                 raise
+            time.sleep(min(0.05 * 2 ** (attempt - 1), 1.0))
             node = node_ops.get_node(core, name)
     return node  # pragma: no cover
 
