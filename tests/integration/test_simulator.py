@@ -37,12 +37,20 @@ def test_replacement_is_scheduled_on_uncordoned_node_only(sim):
     ns = sim.namespace("sched")
     n1, n2 = sim.add_nodes("h200", 2)
     deployment_on(sim, ns, "web", [n1, n2], 2)
-    sim.core.patch_node(n1, {"spec": {"unschedulable": True}})
+
+    def cordon(node):
+        # The scheduler acts on its own watch of the nodes; the controller manager's
+        # unschedulable taint appears once the cordon has gone out to the watchers.
+        sim.core.patch_node(node, {"spec": {"unschedulable": True}})
+        wait_for(lambda: any(t.key == "node.kubernetes.io/unschedulable"
+                             for t in sim.core.read_node(node).spec.taints or []), what="the cordon seen")
+
+    cordon(n1)
     victims = [p for p in sim.core.list_namespaced_pod(ns).items if p.spec.node_name == n1]
     if not victims:  # both landed on n2: move one so that n1 carries a pod
         victims = [sim.core.list_namespaced_pod(ns).items[0]]
         sim.core.patch_node(n1, {"spec": {"unschedulable": False}})
-        sim.core.patch_node(n2, {"spec": {"unschedulable": True}})
+        cordon(n2)
         n1, n2 = n2, n1
     old = {p.metadata.uid for p in victims}
     for p in victims:
