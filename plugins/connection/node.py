@@ -27,7 +27,7 @@ description:
     Helm chart's C(<release>-node-pods) Role.
   - See C(docs/connection.md) in the collection for how it works, its security, GKE/COS and an end-to-end run.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 extends_documentation_fragment:
   - connection_pipelining
 options:

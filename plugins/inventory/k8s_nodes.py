@@ -12,7 +12,7 @@ name: k8s_nodes
 short_description: Kubernetes (GPU) nodes as an Ansible inventory
 version_added: 0.1.0
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 description:
   - Lists the Node objects of a Kubernetes cluster and makes each node a host named after the node.
   - Nodes are chosen by label selector (the full set-based syntax of C(kubectl -l)), by field selector,

@@ -47,11 +47,12 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - In check mode every object is sent with C(dryRun=All), so the API server still validates it.
   - O(src) or O(definition), one of them.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 """
 
 EXAMPLES = r"""

@@ -42,9 +42,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
     details: Reads only.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 """
 
 EXAMPLES = r"""
@@ -64,9 +65,9 @@ rollouts:
   elements: dict
   contains:
     name: {description: Resource name., type: str}
-    targets: {description: Targeted nodes, oldest first., type: list}
+    targets: {description: 'Targeted nodes, oldest first.', type: list}
     work: {description: Targeted nodes with something to do., type: list}
-    nodes: {description: Per node - actions per package, interrupt, disruptive., type: dict}
+    nodes: {description: 'Per node: actions per package, interrupt, disruptive.', type: dict}
     policy: {description: The DeploymentPolicy spec in force., type: dict}
     packages: {description: Package specs with their sources resolved., type: list}
 blocked:

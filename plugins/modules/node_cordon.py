@@ -40,10 +40,11 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - "Runs where the Kubernetes API is reachable, usually with C(delegate_to: localhost)."
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 """
 
 EXAMPLES = r"""

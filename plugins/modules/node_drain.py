@@ -81,11 +81,12 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - Compared with C(kubernetes.core.k8s_drain) - a PDB 429 is retried until the deadline instead of failing
     at once, a timeout fails instead of warning, O(grace_period=0) is honoured, and the result is structured.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 """
 
 EXAMPLES = r"""

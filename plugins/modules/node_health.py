@@ -66,9 +66,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
     details: Reads only; the validation Job is not run in check mode.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 """
 
 EXAMPLES = r"""

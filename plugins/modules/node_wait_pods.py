@@ -42,8 +42,9 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 """
 
 EXAMPLES = r"""

@@ -32,7 +32,7 @@ description:
     Without O(recorded_state) the state the host keeps in
     C(/var/lib/nodewright/state/<resource>.json) is used.
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 options:
   name:
     description:
@@ -138,10 +138,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Can run in check mode and return the changed status prediction without modifying the target.
     details: Returns the plan; no step runs and nothing is written on the host. With O(phase=check) the check
       stages run as without check mode - they only read the host.
   diff_mode:
     support: none
+    description: Does not return diffs.
 notes:
   - Runs as root on the host (chroot needs it for O(host_root) other than V(/)).
   - A step that manages its own idempotence is marked C(idempotent) and always runs;

@@ -20,7 +20,7 @@ name: rollout
 short_description: Roll a play out over nodes in waves decided by a NodeWright DeploymentPolicy
 version_added: "0.1.0"
 author:
-  - NodeWright maintainers
+  - NodeWright maintainers (@nodewright)
 description:
   - Admits the play's hosts in waves chosen by NodeWright's DeploymentPolicy engine (compartments by label
     selector, budget ceiling, fixed / linear / exponential batch growth, batchThreshold, failureThreshold,
