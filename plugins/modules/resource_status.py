@@ -13,7 +13,7 @@ description:
   - Reads the targeted nodes and writes the resource's status subresource - per-node status and package
     state, counts, C(completeNodes) ("3/5"), the package list, conditions and C(observedGeneration) - so
     that C(kubectl get nodewrights) shows progress.
-  - O(status) forces the overall status (for example C(blocked) with the reason in O(message)).
+  - O(status) forces the overall status (for example C(blocked) with the reason in O(status_message)).
 options:
   name:
     description: NodeWright resource name.
@@ -33,8 +33,8 @@ options:
     description: Overall status to force instead of deriving it.
     type: str
     choices: [unknown, complete, blocked, waiting, disabled, paused, in_progress, erroring, halted]
-  message:
-    description: Why the rollout is where it is.
+  status_message:
+    description: Why the rollout is where it is (the status' C(message)).
     type: str
   generation:
     description: The resource generation this status describes.
@@ -94,7 +94,7 @@ def run(module):
                               API_VERSION, "nodewrights", p["name"], _preload_content=False).data)
     nodes = json.loads(call("list nodes", core.list_node, _preload_content=False).data).get("items", [])
     status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
-                            message=p["message"], generation=p["generation"], extra=p["extra"],
+                            message=p["status_message"], generation=p["generation"], extra=p["extra"],
                             current=current.get("status"))
     old = current.get("status") or {}
     comparable = {k: v for k, v in status.items() if k != "conditions"}
@@ -117,7 +117,7 @@ ARGUMENT_SPEC = dict(
     targets=dict(type="list", elements="str", default=[]),
     packages=dict(type="list", elements="dict", default=[]),
     status=dict(type="str", choices=list(RESOURCE_STATUSES)),
-    message=dict(type="str"),
+    status_message=dict(type="str"),
     generation=dict(type="int"),
     extra=dict(type="dict"),
 )
