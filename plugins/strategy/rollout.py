@@ -230,10 +230,12 @@ def state_patch(state, nodes, previous_status=None):
     previous_status = previous_status or {}
     compartments = compartment_statuses(state, nodes)
     batches = {name: b.to_dict() for name, b in sorted(state.batches.items())}
-    for old in (previous_status.get("compartmentStatuses") or {}):
-        compartments.setdefault(old, None)
-    for old in ((previous_status.get("rolloutState") or {}).get("batchStates") or {}):
-        batches.setdefault(old, None)
+    for old, value in (previous_status.get("compartmentStatuses") or {}).items():
+        if value is not None:
+            compartments.setdefault(old, None)
+    for old, value in ((previous_status.get("rolloutState") or {}).get("batchStates") or {}).items():
+        if value is not None:
+            batches.setdefault(old, None)
     return {"status": {"rolloutState": {"version": state.version, "waveNumber": state.wave_number,
                                         "batchStates": batches},
                        "compartmentStatuses": compartments}}
@@ -277,11 +279,7 @@ class StateKeeper(object):
                  API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, self.name, patch)
         except NodeWrightError as exc:
             return "could not record the batch state of %s: %s" % (self.name, exc)
-        written = patch["status"]
-        self.status = {
-            "compartmentStatuses": {k: v for k, v in written["compartmentStatuses"].items() if v is not None},
-            "rolloutState": {"batchStates": {k: v for k, v in written["rolloutState"]["batchStates"].items()
-                                             if v is not None}}}
+        self.status = patch["status"]
         return None
 
 
@@ -521,6 +519,7 @@ class StrategyModule(LinearStrategyModule):
         # Where this play's record sits in the custom stat (one entry per rollout play).
         self._nw_slot = None
         self._nw_probe = None  # a Templar that only tells templates from plain values
+        self._nw_keeper = None  # writes the batch state into the resource's status, when there is one
 
     # ------------------------------------------------------------------ inputs
 
@@ -682,7 +681,6 @@ class StrategyModule(LinearStrategyModule):
 
     def _start_state(self, settings, policy, play_context, record):
         """The engine's state for this run: fresh, or resumed from the resource's status."""
-        self._nw_keeper = None
         if not settings.state_resource:
             return RolloutState(policy)
         state, note, self._nw_keeper = StateKeeper.resume(settings.state_resource, policy, settings.k8s_auth,
@@ -694,9 +692,8 @@ class StrategyModule(LinearStrategyModule):
 
     def _save_state(self, rollout, nodes):
         """Write the batch state into the resource's status (not in check mode)."""
-        keeper = getattr(self, "_nw_keeper", None)
-        if keeper is not None:
-            problem = keeper.save(rollout, nodes)
+        if self._nw_keeper is not None:
+            problem = self._nw_keeper.save(rollout, nodes)
             if problem:
                 display.warning("NodeWright rollout: %s" % problem)
 

@@ -94,6 +94,14 @@ def sysctl_resource(fleet, policy, value="262144", interrupt=None):
     return spec
 
 
+def failing_resource(fleet, prefix, strategy):
+    """A policy with ``strategy`` and a resource whose package fails on every node; returns its name."""
+    policy, res = prefix + "-" + fleet.label, prefix + "-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}, "strategy": strategy}})
+    fleet.create("NodeWright", res, sysctl_resource(fleet, policy, value="not-a-number"))
+    return res
+
+
 def test_rollout_follows_the_plan_and_publishes_status(sim, tmp_path):
     fleet = Fleet(sim, tmp_path, [("h100", 2), ("h200", 2)])
     policy, res = "lin-" + fleet.label, "tune-" + fleet.label
@@ -142,10 +150,8 @@ def test_rollout_follows_the_plan_and_publishes_status(sim, tmp_path):
 
 def test_failing_canary_halts_the_rollout_and_leaves_other_nodes_untouched(sim, tmp_path):
     fleet = Fleet(sim, tmp_path, [("b200", 3)])
-    policy, res = "canary-" + fleet.label, "bad-" + fleet.label
-    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}, "strategy": {
-        "exponential": {"initialBatch": 1, "growthFactor": 2, "failureThreshold": 1, "safetyLimit": 50}}}})
-    fleet.create("NodeWright", res, sysctl_resource(fleet, policy, value="not-a-number"))
+    res = failing_resource(fleet, "canary", {
+        "exponential": {"initialBatch": 1, "growthFactor": 2, "failureThreshold": 1, "safetyLimit": 50}})
     proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
     assert proc.returncode != 0
     assert "halted" in proc.stdout + proc.stderr
@@ -163,10 +169,8 @@ def test_failing_canary_halts_the_rollout_and_leaves_other_nodes_untouched(sim, 
 
 def test_a_halt_is_remembered_until_the_batch_state_is_reset_or_the_resource_changes(sim, tmp_path):
     fleet = Fleet(sim, tmp_path, [("h200", 3)])
-    policy, res = "sticky-" + fleet.label, "sticky-" + fleet.label
-    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}, "strategy": {
-        "linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 1, "safetyLimit": 100}}}})
-    fleet.create("NodeWright", res, sysctl_resource(fleet, policy, value="not-a-number"))
+    res = failing_resource(fleet, "sticky", {
+        "linear": {"initialBatch": 1, "delta": 1, "failureThreshold": 1, "safetyLimit": 100}})
 
     def hosts(proc):
         return sorted(h for h in proc.report["hosts"] if h != "localhost")
