@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 
 RESOURCE_ANNOTATIONS = {
     "pause": (markers.ANNOTATION_PAUSE, "true"),

@@ -27,8 +27,8 @@ import sys
 
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}

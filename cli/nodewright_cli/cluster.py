@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
     call,
     get_api_client,
     get_json,

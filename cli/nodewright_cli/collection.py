@@ -33,7 +33,7 @@ def ensure_importable():
     """Make ``ansible_collections.nodewright.fleet`` importable; return its collection root
     (the directory that holds ``ansible_collections``)."""
     try:
-        from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
     except ImportError:
         for root in candidate_roots():
             if os.path.isdir(os.path.join(root, *COLLECTION)):
@@ -43,7 +43,7 @@ def ensure_importable():
             raise SystemExit("nodewright: the nodewright.fleet collection was not found (looked in %s); install "
                              "it (ansible-galaxy collection install) or set ANSIBLE_COLLECTIONS_PATH"
                              % ", ".join(candidate_roots()))
-        from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
     fleet = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(markers.__file__))))
     return os.path.dirname(os.path.dirname(os.path.dirname(fleet)))
 

@@ -42,12 +42,15 @@ import time
 from nodewright_cli import collection, runner, status
 from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import drift, gating, markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as nw_metrics
-from ansible_collections.nodewright.fleet.plugins.module_utils.desired_state import targeted_nodes
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import compute_status
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import parse_label_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_state import targeted_nodes
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import parse_label_selector
 
 LOG = logging.getLogger("nodewright.reconcile")
 

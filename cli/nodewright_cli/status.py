@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state, gating, markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
 
 
 def _name(obj):

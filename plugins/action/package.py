@@ -7,7 +7,7 @@ validate it before anything touches the node, send it over, run the module.
 Source resolution is one function per kind of source so that a kind can be added
 without touching the rest: an OCI image (``oci://registry/repo:tag``, pinned with
 ``@sha256:...``), pulled on the controller into a cache by digest and unpacked
-into an ordinary package directory (``module_utils/package_sources.py``); a
+into an ordinary package directory (``module_utils/package/sources.py``); a
 directory (a path or a ``files/`` lookup); or the name of a package shipped in the
 collection's ``packages/``.
 """
@@ -24,9 +24,9 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import package_sources
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     MANIFEST_JSON,
     MANIFEST_YAML,
     PackageError,
@@ -34,12 +34,12 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package_model imp
     load_package,
     package_from_manifest,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
     PACKAGE_SPEC_KEYS,
     desired_from_spec,
     plan,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import package_manifest
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import package_manifest
 
 try:
     import yaml

@@ -58,8 +58,8 @@ import time
 
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as nw_metrics
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import ANNOTATION_STATE_PREFIX
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import ANNOTATION_STATE_PREFIX
 
 NODEWRIGHT_KEYS = ("evicted", "kept", "still_present", "blocking_pdbs", "initially_blocking", "plan",
                    "packages", "interrupt", "boot_id", "rebooted", "failures", "steps")

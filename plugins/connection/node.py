@@ -201,8 +201,9 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import k8s_client, node_pod
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import client as k8s_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import pod as node_pod
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 
 display = Display()
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 
 DEFAULT_PROFILES_DIR = tuning.PROFILES_DIR
 

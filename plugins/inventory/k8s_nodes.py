@@ -191,9 +191,9 @@ from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.vars import combine_vars
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import node_facts as nf
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import facts as nf
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
     AUTH_OPTIONS,
     get_api_client,
     get_json,
@@ -201,12 +201,12 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import
     require_kubernetes,
     resolve_auth,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION, LABEL_IGNORE
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION, LABEL_IGNORE
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     NODEWRIGHT_NAME_MAX,
     NODEWRIGHT_NAME_PATTERN,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import (
     Requirement,
     Selector,
     from_label_selector,

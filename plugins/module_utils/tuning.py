@@ -46,7 +46,7 @@ import json
 import os
 import re
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 # --------------------------------------------------------------------------------------
 # Vocabulary
@@ -1477,7 +1477,7 @@ def render_files(resolved, power_profile_command=None, templates_dir=None):
 
 def package_spec_for_nodes(spec, nodes, package=None, profiles_dir=None, templates_dir=None):
     """``resolve_package_spec`` with the shipped profiles, templates and package."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
+    from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
 
     package = package or load_package(spec.get("src") or PACKAGE_DIR)
     profiles = load_profiles(profiles_dir)

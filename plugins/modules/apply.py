@@ -106,14 +106,14 @@ import copy
 import os
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
     ClusterError,
     TimeoutExceeded,
     ValidationError,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call, get_json
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import FIELD_MANAGER
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, get_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import FIELD_MANAGER
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 try:
     import yaml

@@ -80,12 +80,12 @@ blocked:
 
 import json
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
-from ansible_collections.nodewright.fleet.plugins.module_utils.skyhook_convert import convert
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import convert
 
 try:
     from kubernetes import client as k8s_client

@@ -85,8 +85,8 @@ msg:
   type: str
 """
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 
 def run(module):

@@ -91,9 +91,11 @@ msg:
   type: str
 """
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import gating, markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 NODEWRIGHTS_PATH = "/apis/%s/%s/nodewrights" % (markers.API_GROUP, markers.API_VERSION)
 

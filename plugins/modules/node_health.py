@@ -122,9 +122,11 @@ validation_job:
 
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops, node_waits
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 
 def run(module):

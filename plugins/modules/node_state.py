@@ -111,9 +111,10 @@ conditions:
   type: dict
 """
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 
 def summary(node, resource):

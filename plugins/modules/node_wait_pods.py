@@ -76,8 +76,9 @@ waited_seconds:
   type: float
 """
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import node_ops, node_waits
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 
 def run(module):

@@ -295,14 +295,14 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import state_annotation
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import state_annotation
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
     PACKAGE_SPEC_KEYS,
     pending_interrupt,
     plan_summary,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
     StepFailed,
     check_packages,
     run_packages,

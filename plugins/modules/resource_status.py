@@ -71,10 +71,10 @@ resource_status:
 
 import json
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import NodeWrightModule
-from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     RESOURCE_STATUSES,
     compute_status,
 )

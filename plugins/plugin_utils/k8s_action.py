@@ -23,8 +23,8 @@ import os
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import warm_imports
-from ansible_collections.nodewright.fleet.plugins.module_utils.module_base import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import warm_imports
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import (
     InProcessModule,
     full_argument_spec,
     result_of,

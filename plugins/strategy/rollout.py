@@ -4,7 +4,7 @@
 """Strategy ``nodewright.fleet.rollout``: progressive waves decided by a DeploymentPolicy.
 
 One play, one batch: the strategy admits the play's hosts into the iteration wave by
-wave. The policy engine (``module_utils/policy.py``) picks each wave; the wave runs the
+wave. The policy engine (``module_utils/fleet/policy.py``) picks each wave; the wave runs the
 play's whole task list (handlers included) under the ``linear`` strategy; failed and
 unreachable hosts are reported back to the engine, which picks the next wave or halts.
 
@@ -68,20 +68,22 @@ from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModu
 from ansible.template import Templar
 from ansible.utils.display import Display
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import API_GROUP, API_VERSION
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     COMPLETE,
     HALTED,
     INCOMPLETE,
     WAITING,
     WAVE,
+    parse_policy,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     BatchState,
     RolloutState,
     compartment_statuses,
     next_wave,
     order_nodes,
-    parse_policy,
     record_wave_result,
 )
 
@@ -169,13 +171,13 @@ def check_serial(serial, play_name):
 
 
 def _api(auth):
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_api_client
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
     return get_api_client(auth)
 
 
 def fetch_deployment_policy(name, auth=None):
     """The spec of the cluster-scoped DeploymentPolicy ``name``, parsed (ClusterError/ValidationError)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
     path = "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, DEPLOYMENT_POLICY_PLURAL, name)
     obj = get_json(_api(auth), path, "read DeploymentPolicy %s" % name)
     return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
@@ -243,7 +245,7 @@ def state_patch(state, nodes, previous_status=None):
 
 def fetch_resource(name, auth=None):
     """The NodeWright resource ``name`` as the API server has it (ClusterError when it cannot be read)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
     return get_json(_api(auth), "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, name),
                     "read NodeWright %s" % name)
 
@@ -271,7 +273,7 @@ class StateKeeper(object):
 
     def save(self, state, nodes):
         """Write ``state``; returns None, or the reason it could not be written."""
-        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call, k8s_client
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, k8s_client
         patch = state_patch(state, nodes, self.status)
         custom = k8s_client.CustomObjectsApi(_api(self.auth))
         try:
@@ -316,8 +318,8 @@ def node_from_vars(host, variables):
 
 def fetch_nodes(names, auth=None):
     """name → node view for Nodes read from the API; names that are no Node are left out."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import get_json, list_pages
+    from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, list_pages
     api = _api(auth)
     wanted = set(names)
     found = {}

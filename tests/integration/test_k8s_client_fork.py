@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import k8s_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import client as k8s_client
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from kubernetes import config
 from kubernetes.client.rest import ApiException
 
 from ansible_collections.nodewright.fleet.plugins.connection.node import NodePod
-from ansible_collections.nodewright.fleet.plugins.module_utils import node_pod
-from ansible_collections.nodewright.fleet.plugins.module_utils.node_pod import NodePodError
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import pod as node_pod
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.pod import NodePodError
 from k8s_helpers import wait_for
 from test_helm_chart import apply, by_kind, delete, render
 from test_rbac import Installed

@@ -27,7 +27,7 @@ from k8s_helpers import host_result, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
 
 pytestmark = pytest.mark.integration

@@ -24,10 +24,10 @@ import urllib.request
 import pytest
 import yaml
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import run_packages
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_sources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import run_packages
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.sources import (
     ImageResolver,
     parse_image_ref,
 )

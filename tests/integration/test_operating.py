@@ -30,8 +30,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from test_crds_api import install_crds
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as nw_metrics
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ except ImportError:  # not installed into the virtualenv yet (make venv does it)
 
 from nodewright_cli import actions, cli, reconciler, runner, status  # noqa: E402
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers  # noqa: E402
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers  # noqa: E402
 
 pytestmark = pytest.mark.unit
 PACKAGES = [os.path.join(REPO, "packages")]

@@ -16,13 +16,14 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import policy as policy_mod
-from ansible_collections.nodewright.fleet.plugins.module_utils import resources
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import policy as policy_mod
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import windows as windows_mod
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import resources
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     BatchState,
     RolloutState,
-    parse_policy,
 )
 
 pytestmark = pytest.mark.unit
@@ -311,7 +312,7 @@ def test_policy_defaults_match_the_engine(policy_crd):
 
 def test_maintenance_window_rules_agree_with_the_engine(policy_crd):
     window = at(root(policy_crd), "spec.maintenanceWindows.[]")
-    assert at(window, "days.[]")["enum"] == list(policy_mod.DAYS)
+    assert at(window, "days.[]")["enum"] == list(windows_mod.DAYS)
     assert window["properties"]["days"]["x-kubernetes-list-type"] == "set"
     assert window["required"] == ["start", "end"]
     assert "self.start != self.end" in rules(window)

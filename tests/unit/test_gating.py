@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import gating, markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from ansible_collections.nodewright.fleet.plugins.inventory import k8s_nodes
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 pytestmark = pytest.mark.unit
 

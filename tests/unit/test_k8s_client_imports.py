@@ -30,12 +30,12 @@ def test_loading_the_k8s_action_plugin_loads_the_typed_apis():
 
 def test_the_client_module_alone_stays_lazy():
     # A module run on a remote host imports k8s_client without paying for classes it may not use.
-    loaded = _modules_after("import ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client")
+    loaded = _modules_after("import ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client")
     assert "kubernetes.client.api.core_v1_api" not in loaded
 
 
 def test_warm_imports_says_whether_the_library_is_there(monkeypatch):
-    from ansible_collections.nodewright.fleet.plugins.module_utils import k8s_client
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import client as k8s_client
     assert k8s_client.warm_imports() is True
     monkeypatch.setattr(k8s_client, "HAS_KUBERNETES", False)
     assert k8s_client.warm_imports() is False

@@ -11,8 +11,9 @@ import os
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import drift, markers
-from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as m
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as m
 
 pytestmark = pytest.mark.unit
 
@@ -151,7 +152,7 @@ def test_drift_condition_and_reapply_state():
 def test_check_packages_reruns_only_checks_and_finds_drift(tmp_path):
     from nodewright_sim import hostroot
 
-    from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import (
+    from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
         check_packages,
         run_packages,
     )

@@ -21,8 +21,8 @@ from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import become_loader, connection_loader
 from ansible.template import Templar
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import node_pod
-from ansible_collections.nodewright.fleet.plugins.module_utils.node_pod import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import pod as node_pod
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.pod import (
     NodePodError,
     exec_argv,
     exit_status,

@@ -10,9 +10,9 @@ import copy
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import node_facts as nf
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import state_annotation, status_label
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import parse_label_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import facts as nf
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import state_annotation, status_label
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import parse_label_selector
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from ansible_collections.nodewright.fleet.plugins.action.package import load_controller_package
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     FORMAT_SKYHOOK,
     PackageError,
     Version,

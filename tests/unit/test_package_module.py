@@ -17,8 +17,8 @@ import pytest
 from nodewright_sim import hostroot
 
 from ansible_collections.nodewright.fleet.plugins.action.package import ActionModule
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
 from ansible_collections.nodewright.fleet.plugins.modules.package import _extract
 
 pytestmark = pytest.mark.unit

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import config_hashes
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import config_hashes
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
     desired_from_spec,
     merge_interrupts,
     node_status,
@@ -243,7 +243,7 @@ class FakePackage(object):
     format = "nodewright"
 
     def __init__(self, name="pkg", version="1.0.0"):
-        from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import Interrupt
+        from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import Interrupt
         self.name, self.version = name, version
         self.interrupt = Interrupt("reboot")
         self.config_interrupts = {"k*": Interrupt("service", ["k.service"])}

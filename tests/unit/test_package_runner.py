@@ -14,8 +14,8 @@ import shutil
 import pytest
 from nodewright_sim import hostroot
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
     PackageRunner,
     StepFailed,
     run_packages,

@@ -17,9 +17,10 @@ import tarfile
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state, package_sources
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_sources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.sources import (
     ImageResolver,
     UnsafeImage,
     cache_key,

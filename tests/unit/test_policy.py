@@ -9,33 +9,37 @@ import datetime
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
     NodeWrightError,
     ValidationError,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     COMPLETE,
     DEFAULT_COMPARTMENT,
     HALTED,
     INCOMPLETE,
     WAITING,
     WAVE,
-    BatchState,
     Budget,
+    parse_policy,
+    policy_from_interruption_budget,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
+    BatchState,
     RolloutState,
     assign_nodes,
     compartment_statuses,
-    in_maintenance_window,
     is_ignored,
-    next_maintenance_window,
     next_wave,
     order_nodes,
-    parse_policy,
     plan_waves,
-    policy_from_interruption_budget,
     record_wave_result,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import to_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.windows import (
+    in_maintenance_window,
+    next_maintenance_window,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ import copy
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     is_disabled,
     is_paused,
     validate_deployment_policy,

@@ -12,7 +12,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 pytestmark = pytest.mark.unit
 

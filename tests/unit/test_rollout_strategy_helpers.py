@@ -10,13 +10,15 @@ import datetime
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     HALTED,
     WAVE,
+    parse_policy,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
     next_wave,
-    parse_policy,
     record_wave_result,
 )
 from ansible_collections.nodewright.fleet.plugins.strategy import rollout

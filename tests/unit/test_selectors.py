@@ -1,7 +1,7 @@
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import SelectorError
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import SelectorError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import (
     from_label_selector,
     parse_label_selector,
     to_selector,

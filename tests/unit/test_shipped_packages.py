@@ -14,7 +14,7 @@ import shutil
 import pytest
 from nodewright_sim import hostroot
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import StepFailed, run_packages
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import StepFailed, run_packages
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,11 @@ import copy
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import parse_policy, plan_waves
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import validate_nodewright
-from ansible_collections.nodewright.fleet.plugins.module_utils.skyhook_convert import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import plan_waves
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import validate_nodewright
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import (
     convert,
     convert_deployment_policy,
     convert_skyhook,

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.filter.tuning import load_profiles
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 pytestmark = pytest.mark.unit
 

@@ -19,11 +19,11 @@ import pytest
 import yaml
 from nodewright_sim import hostroot
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import desired_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import StepFailed, run_packages
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import StepFailed, run_packages
 
 pytestmark = pytest.mark.unit
 

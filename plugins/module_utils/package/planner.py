@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     STATUS_COMPLETE,
     STATUS_ERRORING,
     STATUS_IN_PROGRESS,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     INTERRUPT_TYPES,
     NAME_RE,
     Version,

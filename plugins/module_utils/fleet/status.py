@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 
 RESOURCE_STATUSES = ("unknown", "complete", "blocked", "waiting", "disabled", "paused", "in_progress", "erroring",
                      "halted")

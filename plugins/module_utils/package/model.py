@@ -26,7 +26,7 @@ import os
 import re
 from json.decoder import scanstring
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 # Skyhook's config.json puts no rule on package_name (nvidia_tuned exists); the

@@ -10,8 +10,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import AUTH_ARG_SPEC, get_api_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_ARG_SPEC, get_api_client
 
 
 class NodeWrightModule(AnsibleModule):

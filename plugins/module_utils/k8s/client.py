@@ -16,7 +16,7 @@ import json
 import os
 import re
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
 
 try:
     import urllib3

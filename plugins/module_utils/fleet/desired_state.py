@@ -14,24 +14,28 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, package_planner, package_sources
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import planner as package_planner
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import load_package
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
-    is_ignored,
-    order_nodes,
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_policy,
-    plan_waves,
     policy_from_interruption_budget,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
+    is_ignored,
+    order_nodes,
+    plan_waves,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
     is_disabled,
     is_paused,
     validate_nodewright,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import from_label_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 
 def order_resources(resources):

@@ -21,16 +21,17 @@ from __future__ import annotations
 import datetime
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
     is_disabled,
     is_paused,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import from_label_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 TAINT_VALUE = "true"
 TAINT_EFFECT = "NoSchedule"

@@ -18,8 +18,8 @@ import fnmatch
 import json
 import re
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     ANNOTATION_STATE_PREFIX,
     LABEL_IGNORE,
     LABEL_STATUS,

@@ -11,12 +11,12 @@ is marked so that the next rollout applies the drifted packages again.
 
 from __future__ import annotations
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_runner import mark_for_reapply
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import is_ignored
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import is_disabled
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import from_label_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import mark_for_reapply
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import is_disabled
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 REASON_DRIFT = "HostDrift"
 REASON_NO_DRIFT = "NoDrift"

@@ -10,11 +10,12 @@ import datetime
 import json
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.drain import list_node_pods, pod_key
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import TimeoutExceeded, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import to_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.drain import list_node_pods, pod_key
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import TimeoutExceeded, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
 ACTIVE_PHASES = ("Pending", "Running", "Unknown")
 

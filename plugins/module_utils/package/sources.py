@@ -62,7 +62,7 @@ import subprocess
 import tarfile
 import tempfile
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 IMAGE_SCHEMES = ("oci", "docker", "registry")
 DEFAULT_REGISTRY = "docker.io"

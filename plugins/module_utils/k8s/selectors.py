@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import SelectorError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import SelectorError
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _PREFIX = r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"

@@ -23,12 +23,12 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import List
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     ANNOTATION_DISABLE,
     ANNOTATION_PAUSE,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.resources import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     GROUP_VERSION,
     KIND_DEPLOYMENT_POLICY,
     KIND_NODEWRIGHT,

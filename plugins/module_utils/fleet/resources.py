@@ -19,25 +19,25 @@ from __future__ import annotations
 import copy
 import re
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     ANNOTATION_DISABLE,
     ANNOTATION_PAUSE,
     API_GROUP,
     API_VERSION,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     CONFIG_KEY_RE,
     INTERRUPT_TYPES,
     NAME_RE,
     SEMVER_RE,
     config_key_matches,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_budget,
     parse_policy,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import (
     from_label_selector,
     validate_key,
 )

@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import re
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.node_ops import read_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.policy import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
     compartment_statuses,
-    parse_policy,
 )
 
 # name: (type, labels, help). docs/operating.md has the same table.

@@ -18,10 +18,10 @@ import random
 import threading
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call
-from ansible_collections.nodewright.fleet.plugins.module_utils.selectors import to_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
 try:
     from kubernetes.client.rest import ApiException

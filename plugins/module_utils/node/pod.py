@@ -24,7 +24,7 @@ import json
 import re
 import shlex
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.markers import LABEL_NODE_POD, PREFIX
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import LABEL_NODE_POD, PREFIX
 
 # Pod labels: what `kubectl get pods -l nodewright.io/node-pod=true` finds, and
 # what a drain should recognise as NodeWright's own pod.

@@ -16,9 +16,9 @@ import json
 import socket
 import uuid
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s_client import call, require_kubernetes
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, require_kubernetes
 
 try:
     from kubernetes import client as k8s_client

@@ -42,8 +42,8 @@ import signal
 import subprocess
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_model import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     CHECK_SUFFIX,
     FORMAT_NATIVE,
     MANIFEST_JSON,
@@ -52,7 +52,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package_model imp
     load_package,
     render_config_value,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.package_planner import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
     ACTION_DOWNGRADE,
     ACTION_INTERRUPT,
     ACTION_NONE,

@@ -1,0 +1,68 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Helpers that read user input (resources, policies, packages, options) field by field.
+
+Every error names the field as a path into the input (``spec.default.budget.count``,
+``spec.packages.sysctl.configMap``) and, for an unknown key, the nearest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+
+
+def field_path(where, key):
+    """``where`` extended by ``key``: ``a.b`` for a name, ``a[2]`` for an index."""
+    if isinstance(key, int):
+        return "%s[%d]" % (where, key)
+    return "%s.%s" % (where, key) if where else str(key)
+
+
+def did_you_mean(value, known):
+    """``"did you mean 'x'?"`` for the nearest of ``known``, or None."""
+    near = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
+    return "did you mean %r?" % near[0] if near else None
+
+
+def require_mapping(value, where, what, hint=None):
+    if not isinstance(value, dict):
+        raise ValidationError("%s must be a mapping, got %s" % (what, type(value).__name__),
+                              field=where, hint=hint)
+    return value
+
+
+def check_keys(mapping, allowed, where):
+    """Refuse the first key of ``mapping`` not in ``allowed``, suggesting the nearest."""
+    for key in mapping:
+        if key not in allowed:
+            hint = "allowed here: %s" % ", ".join(allowed)
+            near = did_you_mean(key, allowed)
+            if near:
+                hint = "%s %s" % (near, hint)
+            raise ValidationError("unknown field %r" % (key,), field=field_path(where, key), hint=hint)
+
+
+def read_int(mapping, key, where, minimum, maximum=None, default=None, hint=None):
+    """``mapping[key]`` as a whole number within bounds (``default`` when absent)."""
+    path = field_path(where, key)
+    value = mapping.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("must be a whole number, got %r" % (value,), field=path, hint=hint)
+    if value < minimum or (maximum is not None and value > maximum):
+        wanted = ("from %d to %d" % (minimum, maximum)) if maximum is not None else (">= %d" % minimum)
+        raise ValidationError("must be %s, got %d" % (wanted, value), field=path, hint=hint)
+    return value
+
+
+def read_bool(mapping, key, where, default):
+    value = mapping.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValidationError("must be true or false, got %r" % (value,), field=field_path(where, key))
+    return value
