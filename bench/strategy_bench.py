@@ -9,7 +9,7 @@ own batching, on the same no-op play over the same hosts.
              before the play starts);
   rollout  - `strategy: nodewright.fleet.rollout` with a DeploymentPolicy whose waves
              are the same: `fixed: {initialBatch: 50}`, `budget: {count: 50}`;
-  runner   - (with --runner) bin/nodewright-rollout driving the same policy, one
+  runner   - (with --runner) nodewright rollout driving the same policy, one
              ansible-playbook run per wave through ansible-runner.
 
 The hosts are plain names with `ansible_connection: local` and `nodewright_node_labels: {}`,
@@ -67,7 +67,7 @@ def write_inputs(workdir, hosts, batch):
 
 def command(variant, paths, forks, workdir):
     if variant == "runner":
-        return [sys.executable, os.path.join(REPO, "bin", "nodewright-rollout"), paths["runner"],
+        return [os.path.join(VENV_BIN, "nodewright"), "rollout", paths["runner"],
                 "-i", paths["inventory"], "--policy", paths["policy"], "--forks", str(forks),
                 "--report", os.path.join(workdir, "runner-report.json")]
     return [os.path.join(VENV_BIN, "ansible-playbook"), "-i", paths["inventory"], paths[variant],
@@ -108,7 +108,7 @@ def main():
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--forks", type=int, default=10)
-    parser.add_argument("--runner", action="store_true", help="also time bin/nodewright-rollout")
+    parser.add_argument("--runner", action="store_true", help="also time nodewright rollout")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results", "strategy.md"))
     args = parser.parse_args()
 
@@ -137,7 +137,7 @@ def main():
         rows.append("| %s | %.2f | %.2f | %.2f | %+.1f%% | %+.1f%% | %.2f | %+.1f%% |" % (
             {"linear": "`linear`, `serial: %d`" % args.batch,
              "rollout": "`nodewright.fleet.rollout`, fixed %d" % args.batch,
-             "runner": "`bin/nodewright-rollout`, fixed %d" % args.batch}[variant],
+             "runner": "`nodewright rollout`, fixed %d" % args.batch}[variant],
             median, min(times[variant]), max(times[variant]), (median / base - 1) * 100,
             (min(times[variant]) / min(times["linear"]) - 1) * 100, cpu, (cpu / base_cpu - 1) * 100))
     overhead = (statistics.median(times["rollout"]) / base - 1) * 100

@@ -10,6 +10,7 @@
     nodewright ignore NODE [--undo]
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
+    nodewright rollout PLAYBOOK -i INVENTORY (--policy FILE | --policy-name NAME) [--admission] ...
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -141,6 +142,8 @@ def build_parser():
                                               "starts again from its first batch)")
     rb.add_argument("name", help="NodeWright resource")
     rb.add_argument("--dry-run", action="store_true")
+    from nodewright_cli import rollout as rollout_cmd
+    rollout_cmd.add_parser(sub)
     return p
 
 
@@ -280,7 +283,12 @@ def cmd_reset_batches(args):
 COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
             "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
             "ignore": cmd_ignore, "reset": cmd_reset,
-            "reset-batches": cmd_reset_batches}
+            "reset-batches": cmd_reset_batches, "rollout": lambda args: _rollout(args)}
+
+
+def _rollout(args):
+    from nodewright_cli import rollout as rollout_cmd
+    return rollout_cmd.cmd_rollout(args)
 
 
 def main(argv=None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -97,12 +98,15 @@ def _find_ansible():
 
 
 def run_playbook(playbook, kind, inventory, workdir, extravars=None, limit=None, cancel=None, envvars=None,
-                 keep_events=None):
+                 keep_events=None, cmdline=None, forks=None, quiet=True, project_dir=None):
     """Run ``playbook`` with ansible-runner in ``workdir/<kind>`` and return a RunResult.
 
-    ``cancel`` is polled about every second; when it returns True the run is
-    abandoned (ansible-runner kills the playbook's process group). ``keep_events``
-    picks the job events to keep in ``RunResult.events``."""
+    The one place NodeWright starts ansible-runner (the reconciler, drift checks and
+    ``nodewright rollout``). ``cancel`` is polled about every second; when it returns
+    True the run is abandoned (ansible-runner kills the playbook's process group).
+    ``keep_events`` picks the job events to keep in ``RunResult.events``;
+    ``cmdline`` is a list of further ansible-playbook arguments (``--check``, ``-v``);
+    ``inventory`` a path or a list of them."""
     import ansible_runner
 
     _find_ansible()
@@ -123,25 +127,39 @@ def run_playbook(playbook, kind, inventory, workdir, extravars=None, limit=None,
     env.update(envvars or {})
     events = []
 
+    captured = {}
+
     def on_event(event):
+        if event.get("event") == "playbook_on_stats":
+            captured.update(event.get("event_data") or {})
         if keep_events and keep_events(event):
             events.append(event)
-        return False  # ansible-runner keeps its own copy under artifacts/
+        return False  # not written to artifacts/job_events: the report and the stats say what happened
 
     started = time.time()
+    extra = {}
+    if cmdline:
+        extra["cmdline"] = " ".join(shlex.quote(c) for c in cmdline)
+    if forks:
+        extra["forks"] = forks
+    if project_dir:
+        extra["project_dir"] = project_dir
     run = ansible_runner.run(private_data_dir=private, playbook=playbook, inventory=inventory,
-                             extravars=extravars or {}, limit=limit, envvars=env, quiet=True,
+                             extravars=extravars or {}, limit=limit, envvars=env, quiet=quiet,
                              cancel_callback=cancel or (lambda: False), event_handler=on_event,
-                             rotate_artifacts=5, settings={"pexpect_timeout": 1})
+                             rotate_artifacts=5, settings={"pexpect_timeout": 1}, **extra)
     finished = time.time()
     try:
         with open(report_path) as fh:
             report = json.load(fh)
     except (OSError, ValueError):
         report = None
-    hosts, messages = host_outcomes(run.stats, report)
-    return RunResult(kind, run.status, run.rc, started, finished, hosts, messages, report, events,
-                     getattr(run.config, "artifact_dir", private))
+    stats = captured or run.stats or {}
+    hosts, messages = host_outcomes(stats, report)
+    result = RunResult(kind, run.status, run.rc, started, finished, hosts, messages, report, events,
+                       getattr(run.config, "artifact_dir", private))
+    result.stats = stats
+    return result
 
 
 def is_drift_result(event):

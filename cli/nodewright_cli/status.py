@@ -18,7 +18,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desi
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
 
 
@@ -29,15 +28,10 @@ def _name(obj):
 def fleet_view(resources, nodes, policies, package_dirs):
     """``{rollouts: [(resource, described)], blocked: [(resource, reason)],
     malformed: {node: {resource: error}}}``, resources in priority order."""
-    rollouts, blocked = [], []
-    for resource in desired_state.order_resources(resources):
-        try:
-            rollouts.append((resource, desired_state.describe(resource, nodes, policies, package_dirs)))
-        except NodeWrightError as exc:
-            blocked.append((resource, str(exc)))
-        except Exception as exc:  # noqa: BLE001 - one resource's surprise must not stop the others
-            blocked.append((resource, "cannot be described (%s: %s); this is a NodeWright bug if the resource "
-                                      "is valid" % (type(exc).__name__, exc)))
+    by_name = {_name(r): r for r in resources}
+    described = desired_state.describe_all(resources, nodes, policies, package_dirs)
+    rollouts = [(by_name[entry["name"]], entry) for entry in described["rollouts"]]
+    blocked = [(by_name[b["name"]], b["reason"]) for b in described["blocked"] if b["name"] in by_name]
     malformed = {}
     for node in nodes:
         for resource in resources:

@@ -104,22 +104,36 @@ class CallbackModule(CallbackBase):
         data = result._result if isinstance(result._result, dict) else {}
         entry = self._host(host)
         entry["last_seen"] = time.time()
+        started = self._task_start.get(task._uuid)
+        if started is not None and started < entry["first_seen"]:
+            entry["first_seen"] = started
         name = _task_name(task)
         if status in ("failed", "unreachable") and not data.get("_ansible_ignore_errors") \
                 and not getattr(task, "ignore_errors", False):
             entry["outcome"] = status
-            entry["failed_task"] = name
+            entry["failed_task"] = data.get("failed_step") or name
             entry["msg"] = data.get("msg")
         elif status == "failed":
             status = "failed_ignored"
+        # nodewright.fleet.maintain runs the safe sequence as one task: each of its steps
+        # is reported as the task it stands for.
+        steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+        for step in steps:
+            if isinstance(step, dict) and isinstance(step.get("result"), dict):
+                self._note_package_state(host, step["result"])
+                self._keep(entry, host, step.get("name") or name, "failed" if step.get("failed") else "ok",
+                           step["result"], data)
         self._note_package_state(host, data)
-        interesting = {k: data[k] for k in NODEWRIGHT_KEYS if k in data}
+        self._keep(entry, host, name, status, data, data, all_keys=not steps)
+
+    def _keep(self, entry, host, name, status, data, outer, all_keys=True):
+        interesting = {k: data[k] for k in NODEWRIGHT_KEYS if k in data and (all_keys or k != "steps")}
         if interesting:
             entry["results"].append({"task": name, "status": status, **_plain(interesting)})
         if self.get_option("include_tasks"):
             clean = {k: v for k, v in data.items() if not k.startswith("_ansible") and k != "invocation"}
             self.report["tasks"].append({"task": name, "host": host, "status": status,
-                                         "delegated": bool(data.get("_ansible_delegated_vars")),
+                                         "delegated": bool(outer.get("_ansible_delegated_vars")),
                                          "result": _plain(clean)})
 
     def v2_runner_on_ok(self, result):

@@ -70,6 +70,19 @@ rollouts:
     nodes: {description: 'Per node: actions per package, interrupt, disruptive.', type: dict}
     policy: {description: The DeploymentPolicy spec in force., type: dict}
     packages: {description: Package specs with their sources resolved., type: list}
+    waves: {description: "This resource's waves in a run of every resource together (wave numbers are the run's),
+      with the C(status) and C(reason) the run would end with.", type: dict}
+waves:
+  description: The waves a rollout of every resource would make if every node succeeded, C(nodes) mapping each
+    node to its resource; the waves C(rollout.yml) then makes.
+  returned: always
+  type: list
+  elements: dict
+conflicts:
+  description: Settings two resources would both write on one node with different values (both are blocked).
+  returned: always
+  type: list
+  elements: dict
 blocked:
   description: Resources that cannot be rolled out, with the reason.
   returned: always
@@ -82,7 +95,7 @@ import json
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, list_pages
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import convert
@@ -117,29 +130,44 @@ def _normalise_inputs(objects):
     return nodewrights, policies
 
 
+def _reservations(api):
+    """Live reservations of other runs (for the plan); none when they cannot be read."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import ReservationRecord
+    record = ReservationRecord(api)
+    try:
+        _obj, holders, now = record.read()
+    except NodeWrightError as exc:
+        return {}, None, "reservations of other runs not read: %s" % exc
+    live, _expired = record.live(holders, now)
+    return live, now, None
+
+
 def run(module):
     p = module.params
     api = module.api_client()
-    core = k8s_client.CoreV1Api(api)
-    nodes = json.loads(call("list nodes", core.list_node, _preload_content=False).data).get("items", [])
-    if p["resources"] is not None:
+    nodes = []
+    for page in list_pages(api, "/api/v1/nodes", "list nodes"):
+        nodes.extend(page)
+    from_cluster = p["resources"] is None
+    if not from_cluster:
         nodewrights, policies = _normalise_inputs(p["resources"])
     else:
         nodewrights = _list(api, "nodewrights")
         policies = {o["metadata"]["name"]: o for o in _list(api, "deploymentpolicies")}
-    if p["name"]:
-        nodewrights = [r for r in nodewrights if (r.get("metadata") or {}).get("name") == p["name"]]
-        if not nodewrights:
-            raise NodeWrightError("NodeWright resource %r does not exist" % p["name"],
-                                  hint="list them with `kubectl get nodewrights`")
-    rollouts, blocked = [], []
-    for resource in desired_state.order_resources(nodewrights):
-        name = (resource.get("metadata") or {}).get("name", "?")
-        try:
-            rollouts.append(desired_state.describe(resource, nodes, policies, p["package_dirs"]))
-        except NodeWrightError as exc:
-            blocked.append({"name": name, "reason": str(exc)})
-    result = {"changed": False, "rollouts": rollouts, "blocked": blocked}
+    if p["name"] and not any((r.get("metadata") or {}).get("name") == p["name"] for r in nodewrights):
+        raise NodeWrightError("NodeWright resource %r does not exist" % p["name"],
+                              hint="list them with `kubectl get nodewrights`")
+    holders, now, warning = _reservations(api)
+    described = desired_state.describe_all(nodewrights, nodes, policies, p["package_dirs"], only=p["name"],
+                                           holders=holders, now=now)
+    for entry in described["rollouts"]:
+        entry["from_cluster"] = from_cluster
+    blocked = described["blocked"]
+    result = {"changed": False, "rollouts": described["rollouts"], "blocked": blocked,
+              "waves": described["waves"], "conflicts": described["conflicts"],
+              "status": described["status"], "reason": described["reason"]}
+    if warning:
+        result["warnings"] = [warning]
     if blocked and p["fail_on_blocked"]:
         result["failed"] = True
         result["msg"] = "cannot roll out: " + "; ".join("%s: %s" % (b["name"], b["reason"]) for b in blocked)

@@ -42,6 +42,13 @@ options:
   extra:
     description: More status fields, such as C(compartmentStatuses) and C(rolloutState).
     type: dict
+  pending:
+    description:
+      - Targets that still have work for the resource's current spec (a version or config they have not
+        received). They are C(waiting), not complete, whatever their label says.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - nodewright.fleet.k8s_auth
 attributes:
@@ -95,7 +102,7 @@ def run(module):
     nodes = json.loads(call("list nodes", core.list_node, _preload_content=False).data).get("items", [])
     status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
                             message=p["status_message"], generation=p["generation"], extra=p["extra"],
-                            current=current.get("status"))
+                            current=current.get("status"), pending=p["pending"])
     old = current.get("status") or {}
     comparable = {k: v for k, v in status.items() if k != "conditions"}
     changed = any(old.get(k) != v for k, v in comparable.items() if v is not None) or \
@@ -120,6 +127,7 @@ ARGUMENT_SPEC = dict(
     status_message=dict(type="str"),
     generation=dict(type="int"),
     extra=dict(type="dict"),
+    pending=dict(type="list", elements="str", default=[]),
 )
 
 

@@ -1,16 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""Strategy ``nodewright.fleet.rollout``: progressive waves decided by a DeploymentPolicy.
+"""Strategy ``nodewright.fleet.rollout``: progressive waves decided by DeploymentPolicies.
 
 One play, one batch: the strategy admits the play's hosts into the iteration wave by
-wave. The policy engine (``module_utils/fleet/policy.py``) picks each wave; the wave runs the
-play's whole task list (handlers included) under the ``linear`` strategy; failed and
-unreachable hosts are reported back to the engine, which picks the next wave or halts.
-
-The helpers above the strategy class are plain Python and are shared with
-``bin/nodewright-rollout``, which drives the same engine wave by wave through
-ansible-runner for those who prefer not to load a third-party strategy.
+wave. The rollout driver (``module_utils/fleet/driver.py``) decides each wave for
+every resource of the run and reserves it in the cluster; the wave runs the play's
+whole task list (handlers included) under the ``linear`` strategy; failed and
+unreachable hosts are reported back to the driver, which decides the next wave or
+halts. Everything but running a wave lives in ``module_utils/fleet/`` and is shared
+with ``nodewright rollout`` (the CLI), the reconciler and ``plan.yml``.
 """
 
 from __future__ import annotations
@@ -35,6 +34,13 @@ description:
     Kubernetes client)."
   - "Node labels come from each host's C(k8s_node.labels) (the C(nodewright.fleet.k8s_nodes) inventory), else
     its C(nodewright_node_labels) variable, else the Node of that name read from the Kubernetes API."
+  - "With C(nodewright_rollout_desired) (the result of M(nodewright.fleet.desired_state), which
+    C(playbooks/rollout.yml) passes) the play rolls out every NodeWright resource in it, each under its own
+    DeploymentPolicy and batch state; a node targeted by several resources gets them in priority order; the nodes
+    that all resources admit run together, in one wave. Before each wave the cluster is read once: nodes cordoned,
+    in progress under any resource, or reserved by another run count against budget ceilings, topology and fleet
+    limits, and the wave is reserved atomically in the Lease C(kube-system/nodewright-admission) before any node
+    of it is touched (docs/rollout.md, Admission). After each wave each resource's status is written."
   - "With C(nodewright_rollout_state_resource) (the name of a NodeWright resource; C(playbooks/rollout.yml) sets
     it) the policy engine's batch state is kept in that resource's status: C(status.rolloutState) and
     C(status.compartmentStatuses) are written after every wave, and the next run resumes from them (a halted
@@ -49,16 +55,48 @@ description:
 notes:
   - The play must not set C(serial); the policy sizes the waves.
   - ansible-core 2.19 prints a deprecation notice for every strategy plugin outside C(ansible.builtin); see
-    docs/rollout.md for what it means, how to silence it, and C(bin/nodewright-rollout), which runs the same
-    engine without this plugin.
+    docs/rollout.md for what it means, how to silence it, and C(nodewright rollout), which runs the same
+    driver without this plugin.
   - "Play variables: C(nodewright_rollout_policy) or C(nodewright_rollout_policy_name);
-    C(nodewright_rollout_state_resource) (optional, see above);
+    C(nodewright_rollout_state_resource) (optional, see above); C(nodewright_rollout_desired) (see above);
+    C(nodewright_rollout_admission) (reserve waves in the cluster; default true with C(nodewright_rollout_desired),
+    false otherwise); C(nodewright_rollout_reservation_ttl) (seconds a reservation lives without renewal, default
+    90); C(nodewright_rollout_capacity_timeout) (seconds to wait while other runs hold the capacity, default
+    3600); C(nodewright_rollout_lock_namespace) (default C(kube-system), or C(NODEWRIGHT_LOCK_NAMESPACE));
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
     one; false: end the play and say when it opens); C(nodewright_rollout_k8s_auth) (a mapping of the
     C(nodewright.fleet.k8s_auth) options, for the policy and Node reads)."
 """
 
-import datetime
+EXAMPLES = r"""
+- name: Patch the fleet in waves under a DeploymentPolicy from the cluster
+  hosts: gpu
+  gather_facts: false
+  strategy: nodewright.fleet.rollout
+  vars:
+    nodewright_rollout_policy_name: gpu-canary
+  tasks:
+    - name: Maintain the node
+      nodewright.fleet.maintain:
+        resource: kernel-tuning
+        packages: [{name: sysctl, version: 1.0.0, config: {vm.swappiness: "10"}}]
+
+- name: The same with an inline policy, reserving each wave in the cluster
+  hosts: gpu
+  gather_facts: false
+  strategy: nodewright.fleet.rollout
+  vars:
+    nodewright_rollout_admission: true
+    nodewright_rollout_policy:
+      default:
+        budget: {percent: 25}
+        strategy: {exponential: {initialBatch: 1, growthFactor: 2, failureThreshold: 1}}
+  tasks:
+    - name: Do the work
+      ansible.builtin.debug:
+        msg: "wave {{ nodewright_rollout.wave }}"
+"""
+
 import gc
 import time
 
@@ -68,433 +106,59 @@ from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModu
 from ansible.template import Templar
 from ansible.utils.display import Display
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
+    DEFAULT_TTL,
+    FleetView,
+    NodeInfo,
+    ReservationRecord,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import (
+    INTERRUPTED,
+    STOPPED,
+    ClusterFleet,
+    ResourceRollout,
+    RolloutDriver,
+    StaticFleet,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     COMPLETE,
     HALTED,
     INCOMPLETE,
     WAITING,
-    WAVE,
-    parse_policy,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
-    BatchState,
-    RolloutState,
-    compartment_statuses,
-    next_wave,
-    order_nodes,
-    record_wave_result,
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+    CUSTOM_STAT,
+    DRIVER_WAVE_RUNNER,
+    FACT,
+    OUTCOME_FACT,
+    VAR_ADMISSION,
+    VAR_CAPACITY_TIMEOUT,
+    VAR_DESIRED,
+    VAR_DRIVER,
+    VAR_K8S_AUTH,
+    VAR_LOCK_NAMESPACE,
+    VAR_POLICY,
+    VAR_POLICY_NAME,
+    VAR_RESERVATION_TTL,
+    VAR_STATE_RESOURCE,
+    VAR_WAIT_FOR_WINDOW,
+    RolloutRecord,
+    RunHooks,
+    StateKeeper,
+    check_serial,
+    collect_nodes,
+    load_policy,
+    read_settings,
+    resources_from_desired,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 
 display = Display()
 
-VAR_POLICY = "nodewright_rollout_policy"
-VAR_POLICY_NAME = "nodewright_rollout_policy_name"
-VAR_WAIT_FOR_WINDOW = "nodewright_rollout_wait_for_window"
-VAR_K8S_AUTH = "nodewright_rollout_k8s_auth"
-VAR_DRIVER = "nodewright_rollout_driver"   # set by bin/nodewright-rollout: it makes the waves itself
-VAR_STATE_RESOURCE = "nodewright_rollout_state_resource"
-NODEWRIGHT_PLURAL = "nodewrights"
-VAR_NODE_LABELS = "nodewright_node_labels"
-VAR_INVENTORY_NODE = "k8s_node"
-FACT = "nodewright_rollout"
-OUTCOME_FACT = "nodewright_rollout_outcome"
-CUSTOM_STAT = "nodewright_rollout"
-
-DRIVER_WAVE_RUNNER = "wave_runner"
-DEPLOYMENT_POLICY_PLURAL = "deploymentpolicies"
-# Above this many hosts without labels one LIST of all nodes is cheaper than a GET per node.
-_NODE_GET_LIMIT = 20
-# A wait for a maintenance window wakes up this often to notice an interrupt.
-_WAIT_SLICE = 30.0
-
-
-class RolloutSettings(object):
-    """The rollout's play variables, checked."""
-
-    def __init__(self, policy_spec=None, policy_name=None, wait_for_window=True, k8s_auth=None, driver=None,
-                 state_resource=None):
-        self.state_resource = state_resource
-        self.policy_spec = policy_spec
-        self.policy_name = policy_name
-        self.wait_for_window = wait_for_window
-        self.k8s_auth = k8s_auth or {}
-        self.driver = driver
-
-
-def _truthy(value, name):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("yes", "true", "on", "1", "no", "false", "off", "0"):
-        return value.strip().lower() in ("yes", "true", "on", "1")
-    raise NodeWrightError("%s must be true or false, got %r" % (name, value))
-
-
-def read_settings(variables):
-    """RolloutSettings from (templated) play variables; NodeWrightError when they do not make sense."""
-    spec = variables.get(VAR_POLICY)
-    name = variables.get(VAR_POLICY_NAME)
-    driver = variables.get(VAR_DRIVER)
-    if spec is not None and name:
-        raise NodeWrightError("the play sets both %s and %s" % (VAR_POLICY, VAR_POLICY_NAME),
-                              hint="keep one: an inline DeploymentPolicy spec, or the name of a DeploymentPolicy "
-                                   "resource in the cluster")
-    if spec is None and not name and driver != DRIVER_WAVE_RUNNER:
-        raise NodeWrightError("the nodewright.fleet.rollout strategy needs a DeploymentPolicy",
-                              hint="set the play variable %s (an inline DeploymentPolicy spec) or %s (the name of a "
-                                   "DeploymentPolicy resource); see docs/rollout.md" % (VAR_POLICY, VAR_POLICY_NAME))
-    if name is not None and not isinstance(name, str):
-        raise NodeWrightError("%s must be the name of a DeploymentPolicy, got %r" % (VAR_POLICY_NAME, name))
-    auth = variables.get(VAR_K8S_AUTH) or {}
-    if not isinstance(auth, dict):
-        raise NodeWrightError("%s must be a mapping of Kubernetes connection options (kubeconfig, context, host, "
-                              "api_key, ...), got %s" % (VAR_K8S_AUTH, type(auth).__name__))
-    wait = variables.get(VAR_WAIT_FOR_WINDOW)
-    state_resource = variables.get(VAR_STATE_RESOURCE)
-    if state_resource is not None and not isinstance(state_resource, str):
-        raise NodeWrightError("%s must be the name of a NodeWright resource, got %r"
-                              % (VAR_STATE_RESOURCE, state_resource))
-    return RolloutSettings(policy_spec=spec, policy_name=name or None,
-                           wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
-                           k8s_auth=dict(auth), driver=driver, state_resource=state_resource or None)
-
-
-def check_serial(serial, play_name):
-    """The strategy makes its own waves; a ``serial`` play would give it a fresh engine per batch."""
-    if serial:
-        raise NodeWrightError(
-            "play %r sets serial: %s, but the nodewright.fleet.rollout strategy decides the waves itself from the "
-            "DeploymentPolicy" % (play_name, list(serial)),
-            hint="remove serial from the play; size the waves with the policy's budget and strategy "
-                 "(e.g. fixed: {initialBatch: N} with budget: {count: N})")
-
-
-def _api(auth):
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
-    return get_api_client(auth)
-
-
-def fetch_deployment_policy(name, auth=None):
-    """The spec of the cluster-scoped DeploymentPolicy ``name``, parsed (ClusterError/ValidationError)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
-    path = "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, DEPLOYMENT_POLICY_PLURAL, name)
-    obj = get_json(_api(auth), path, "read DeploymentPolicy %s" % name)
-    return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
-
-
-def spec_key(resource):
-    """What a rollout's batch state belongs to: the resource's packages and its spec generation.
-
-    Any change of the spec (a new package version, new config, another policy) makes a
-    new key, and so a new rollout that starts from the first batch."""
-    packages = ((resource or {}).get("spec") or {}).get("packages") or {}
-    names = ",".join("%s:%s" % (name, (packages[name] or {}).get("version", "")) for name in sorted(packages))
-    return "%s (generation %s)" % (names, ((resource or {}).get("metadata") or {}).get("generation", "?"))
-
-
-def resume_state(policy, resource):
-    """``(state, note)``: the RolloutState a run of ``resource`` starts from.
-
-    The batch states recorded in ``status.rolloutState`` are taken up again when they
-    belong to the same spec (``spec_key``); a changed spec, or a record that cannot be
-    read, starts from the first batch. Node outcomes are not carried over: which nodes
-    still have work comes from their markers. ``note`` says what happened, or is None."""
-    key = spec_key(resource)
-    saved = ((resource or {}).get("status") or {}).get("rolloutState") or {}
-    fresh = RolloutState(policy, version=key)
-    if not isinstance(saved, dict) or not saved.get("batchStates"):
-        return fresh, None
-    if saved.get("version") != key:
-        return fresh, "the resource changed since the recorded rollout (%s, now %s): starting from the first " \
-                      "batch" % (saved.get("version"), key)
-    known = {comp.name for comp in policy.all_compartments}
-    try:
-        batches = {name: BatchState.from_dict(data, "status.rolloutState.batchStates.%s" % name)
-                   for name, data in (saved.get("batchStates") or {}).items() if name in known}
-    except (ValidationError, TypeError, AttributeError) as exc:
-        return fresh, "the recorded batch state cannot be used (%s): starting from the first batch" % exc
-    if not batches:
-        return fresh, None
-    halted = sorted(name for name, b in batches.items() if b.should_stop)
-    note = "resuming the recorded batch state of %s" % ", ".join(
-        "%s (batch %d)" % (name, b.current_batch) for name, b in sorted(batches.items()))
-    if halted:
-        note += "; halted: %s - change the resource or run `nodewright reset-batches %s` to start again" % (
-            ", ".join(halted), (resource.get("metadata") or {}).get("name", "NAME"))
-    return RolloutState(policy, batches=batches, version=key), note
-
-
-def state_patch(state, nodes, previous_status=None):
-    """Merge patch of a NodeWright's status that records ``state``: ``rolloutState``
-    (spec key, wave count, batch states) and ``compartmentStatuses``; compartments no
-    longer in the policy are removed."""
-    previous_status = previous_status or {}
-    compartments = compartment_statuses(state, nodes)
-    batches = {name: b.to_dict() for name, b in sorted(state.batches.items())}
-    for old, value in (previous_status.get("compartmentStatuses") or {}).items():
-        if value is not None:
-            compartments.setdefault(old, None)
-    for old, value in ((previous_status.get("rolloutState") or {}).get("batchStates") or {}).items():
-        if value is not None:
-            batches.setdefault(old, None)
-    return {"status": {"rolloutState": {"version": state.version, "waveNumber": state.wave_number,
-                                        "batchStates": batches},
-                       "compartmentStatuses": compartments}}
-
-
-def fetch_resource(name, auth=None):
-    """The NodeWright resource ``name`` as the API server has it (ClusterError when it cannot be read)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
-    return get_json(_api(auth), "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, name),
-                    "read NodeWright %s" % name)
-
-
-class StateKeeper(object):
-    """Writes a rollout's batch state into a NodeWright resource's status (``state_patch``)."""
-
-    def __init__(self, name, auth=None, status=None):
-        self.name = name
-        self.auth = auth or {}
-        self.status = status or {}
-
-    @classmethod
-    def resume(cls, name, policy, auth=None, check_mode=False):
-        """``(state, note, keeper)`` for the resource ``name``: the resumed state, what was
-        resumed, and the keeper (None in check mode, or when the resource cannot be read -
-        then ``note`` says so and the state is fresh)."""
-        try:
-            resource = fetch_resource(name, auth)
-        except NodeWrightError as exc:
-            return RolloutState(policy), "the batch state of %s is neither resumed nor kept: %s" % (name, exc), None
-        state, note = resume_state(policy, resource)
-        keeper = None if check_mode else cls(name, auth, resource.get("status"))
-        return state, note, keeper
-
-    def save(self, state, nodes):
-        """Write ``state``; returns None, or the reason it could not be written."""
-        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, k8s_client
-        patch = state_patch(state, nodes, self.status)
-        custom = k8s_client.CustomObjectsApi(_api(self.auth))
-        try:
-            call("write the rollout state of NodeWright %s" % self.name, custom.patch_cluster_custom_object_status,
-                 API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, self.name, patch)
-        except NodeWrightError as exc:
-            return "could not record the batch state of %s: %s" % (self.name, exc)
-        self.status = patch["status"]
-        return None
-
-
-def load_policy(settings):
-    """(policy, source) for the settings; source is ``inline`` or ``DeploymentPolicy/<name>``."""
-    if settings.policy_name:
-        return fetch_deployment_policy(settings.policy_name, settings.k8s_auth), \
-            "DeploymentPolicy/%s" % settings.policy_name
-    return parse_policy(settings.policy_spec, VAR_POLICY), "inline"
-
-
-def node_from_vars(host, variables):
-    """The engine's view of one host (name, labels, creationTimestamp) from its variables, or None
-    when neither ``k8s_node.labels`` nor ``nodewright_node_labels`` is set."""
-    node = variables.get(VAR_INVENTORY_NODE)
-    labels = None
-    created = None
-    source = None
-    if isinstance(node, dict) and node.get("labels") is not None:
-        labels = node.get("labels")
-        created = node.get("creationTimestamp") or node.get("creation_timestamp")
-        source = "%s.labels" % VAR_INVENTORY_NODE
-    elif variables.get(VAR_NODE_LABELS) is not None:
-        labels = variables.get(VAR_NODE_LABELS)
-        source = VAR_NODE_LABELS
-    if labels is None:
-        return None
-    if not isinstance(labels, dict):
-        raise NodeWrightError("host %s: %s must be a mapping of label keys to values, got %s"
-                              % (host, source, type(labels).__name__))
-    return {"name": host, "labels": {str(k): str(v) for k, v in labels.items()},
-            "creationTimestamp": str(created) if created else None}
-
-
-def fetch_nodes(names, auth=None):
-    """name → node view for Nodes read from the API; names that are no Node are left out."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, list_pages
-    api = _api(auth)
-    wanted = set(names)
-    found = {}
-
-    def keep(obj):
-        meta = obj.get("metadata") or {}
-        if meta.get("name") in wanted:
-            found[meta["name"]] = {"name": meta["name"], "labels": meta.get("labels") or {},
-                                   "creationTimestamp": meta.get("creationTimestamp")}
-
-    if len(wanted) > _NODE_GET_LIMIT:
-        for page in list_pages(api, "/api/v1/nodes", "list nodes"):
-            for obj in page:
-                keep(obj)
-        return found
-    for name in sorted(wanted):
-        try:
-            keep(get_json(api, "/api/v1/nodes/%s" % name, "read node %s" % name))
-        except ClusterError as exc:
-            if exc.details.get("status") != 404:
-                raise
-    return found
-
-
-def collect_nodes(host_names, variables_of, auth=None):
-    """Node views for ``host_names`` (in order), labels from host variables, else from the API.
-
-    ``variables_of(host)`` returns a host's (templated) variables as a mapping.
-    """
-    nodes = {}
-    missing = []
-    for host in host_names:
-        view = node_from_vars(host, variables_of(host))
-        if view is None:
-            missing.append(host)
-        else:
-            nodes[host] = view
-    if missing:
-        try:
-            fetched = fetch_nodes(missing, auth)
-        except NodeWrightError as exc:
-            raise NodeWrightError("%d host(s) have no node labels (%s) and reading their Nodes from the "
-                                  "Kubernetes API failed: %s" % (len(missing), _names(missing), exc),
-                                  hint="use the nodewright.fleet.k8s_nodes inventory, or set the host variable %s "
-                                       "(a mapping, {} for none)" % VAR_NODE_LABELS)
-        absent = [h for h in missing if h not in fetched]
-        if absent:
-            raise NodeWrightError("%d host(s) have no node labels and no Node of that name exists in the cluster: "
-                                  "%s" % (len(absent), _names(absent)),
-                                  hint="use the nodewright.fleet.k8s_nodes inventory, or set the host variable %s "
-                                       "(a mapping, {} for none)" % VAR_NODE_LABELS)
-        nodes.update(fetched)
-    return [nodes[h] for h in host_names]
-
-
-def _names(items, limit=5):
-    items = list(items)
-    shown = ", ".join(items[:limit])
-    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _iso(moment):
-    return moment.isoformat(timespec="seconds") if moment is not None else None
-
-
-def wave_facts(wave, policy_source):
-    """host → the ``nodewright_rollout`` fact of a wave's hosts."""
-    facts = {}
-    for compartment, hosts in wave.compartments.items():
-        for host in hosts:
-            facts[host] = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
-                           "policy": policy_source}
-    return facts
-
-
-def seconds_until(moment, now):
-    """Seconds from ``now`` until ``moment`` (0 if it has passed)."""
-    return max(0.0, (moment - now).total_seconds())
-
-
-class RolloutRecord(object):
-    """What one rollout decided and what each wave did, for the run report.
-
-    ``to_dict()`` is the report's ``rollout`` entry; the strategy and the wave runner
-    write the same shape.
-    """
-
-    def __init__(self, play, policy, source, nodes, driver):
-        self.play = play
-        self.policy = policy
-        self.source = source
-        self.nodes = nodes
-        self.driver = driver
-        self.decisions = []
-        self.waves = []
-        self.assignment = {}
-        self.left_out = {}
-        self.status = None
-        self.reason = None
-        self.started = _now()
-        self.finished = None
-        self.notes = []
-
-    def note(self, text):
-        self.notes.append(text)
-
-    def leave_out(self, hosts, why):
-        for host in hosts:
-            self.left_out[host] = why
-
-    def decision(self, decision, now=None):
-        entry = {"at": _iso(now or _now()), "status": decision.status, "reason": decision.reason,
-                 "notes": list(decision.notes)}
-        if decision.wave is not None:
-            entry["wave"] = decision.wave.number
-        if decision.halted:
-            entry["halted"] = dict(decision.halted)
-        if decision.next_window is not None:
-            entry["nextWindow"] = _iso(decision.next_window)
-        self.decisions.append(entry)
-        return entry
-
-    def wave_started(self, wave):
-        for host, fact in wave_facts(wave, self.source).items():
-            self.assignment[host] = {"wave": fact["wave"], "compartment": fact["compartment"]}
-        entry = {"number": wave.number, "nodes": list(wave.nodes),
-                 "compartments": {k: list(v) for k, v in wave.compartments.items()},
-                 "started": _iso(_now())}
-        self.waves.append(entry)
-        return entry
-
-    def wave_finished(self, succeeded, failed, outcome):
-        entry = self.waves[-1]
-        entry.update({"finished": _iso(_now()), "succeeded": sorted(succeeded), "failed": sorted(failed),
-                      "batches": outcome})
-        return entry
-
-    def finish(self, status, reason):
-        self.status = status
-        self.reason = reason
-        self.finished = _now()
-
-    def untouched(self):
-        """Nodes never admitted into a wave, in batch order."""
-        return [name for name in order_nodes(self.nodes) if name not in self.assignment]
-
-    def to_dict(self, state=None):
-        out = {
-            "play": self.play, "driver": self.driver,
-            "policy": {"source": self.source, "spec": self.policy.to_dict()},
-            "status": self.status, "reason": self.reason,
-            "started": _iso(self.started), "finished": _iso(self.finished),
-            "nodes": len(self.nodes), "decisions": self.decisions, "waves": self.waves,
-            "assignment": self.assignment,
-            "untouched": self.untouched(),
-            "leftOut": dict(self.left_out),
-        }
-        if self.notes:
-            out["notes"] = list(self.notes)
-        if state is not None:
-            out["compartments"] = compartment_statuses(state, self.nodes)
-            out["failed"] = sorted(state.failed)
-        return out
-
-
-def halt_message(decision, untouched):
-    """The words that end a halted rollout."""
-    text = "NodeWright rollout halted: %s" % decision.reason
-    if untouched:
-        text += ". %d node(s) were never admitted and are untouched: %s" % (len(untouched), _names(untouched))
-    return text
+DEFAULT_CAPACITY_TIMEOUT = 3600
+_WAIT_SLICE = 1.0
 
 
 class _TemplatedVariables(object):
@@ -513,22 +177,121 @@ class _TemplatedVariables(object):
         return value
 
 
+def status_writer(auth):
+    """The resource status written at every admission, from the nodes' markers."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
+
+    def write(res, raw_nodes, current, override, message):
+        entry = res.data or {}
+        pending = res.open_work() - res.state.succeeded
+        return compute_status(res.name, raw_nodes, res.targets, entry.get("packages") or [], override=override,
+                              message=message, generation=entry.get("generation"), current=current,
+                              pending=pending)
+    return write
+
+
+class StrategyHooks(RunHooks):
+    """Runs each wave as one pass of the ``linear`` strategy over the admitted hosts."""
+
+    def __init__(self, strategy, iterator, play_context, by_name, original_tasks, records, keepers,
+                 writer=None):
+        super(StrategyHooks, self).__init__(records, keepers, status_writer=writer, say=self._display)
+        self.strategy = strategy
+        self.iterator = iterator
+        self.play_context = play_context
+        self.by_name = by_name
+        self.original_tasks = original_tasks
+        self.result = int(strategy._tqm.RUN_OK)
+        self.stop = None
+
+    @staticmethod
+    def _display(text, level="info"):
+        if level == "banner":
+            display.banner(text)
+        elif level == "warn":
+            display.warning(text)
+        elif level == "error":
+            display.display(text, color=C.COLOR_ERROR)
+        elif level == "ok":
+            display.display(text, color=C.COLOR_OK)
+        else:
+            display.display(text, color=C.COLOR_VERBOSE)
+
+    def stopped(self):
+        if self.strategy._tqm._terminated:
+            return INTERRUPTED, "the run was interrupted"
+        return self.stop
+
+    def wait(self, seconds, reason):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.strategy._tqm._terminated:
+                return False
+            time.sleep(min(_WAIT_SLICE, max(0.0, deadline - time.monotonic())))
+        return True
+
+    def run_wave(self, wave):
+        strategy, iterator = self.strategy, self.iterator
+        hosts = [self.by_name[name] for name in wave.nodes]
+        for name, engine_wave in wave.waves.items():
+            record = self.records[name]
+            for compartment, members in engine_wave.compartments.items():
+                for host in members:
+                    fact = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
+                            "policy": record.source}
+                    if record.resource:
+                        fact["resource"] = name
+                    strategy._variable_manager.set_nonpersistent_facts(host, {FACT: fact})
+        # The inventory holds only the wave while it runs, as it holds one serial batch
+        # under ansible-playbook: the strategy's host cache, ansible_play_batch and meta
+        # tasks such as end_batch then see the wave and nothing else. (Hosts of later waves
+        # left in the host cache would also skip their first task when a wave ends.)
+        strategy._inventory.restrict_to_hosts(hosts)
+        iterator.all_tasks[:] = self.original_tasks
+        iterator.cur_task = 0
+        # Every task of the wave forks a worker per host from this process. Frozen
+        # objects are left alone by the workers' garbage collector, so their pages
+        # stay shared with the controller instead of being copied into each worker.
+        gc.collect()
+        gc.freeze()
+        try:
+            result = LinearStrategyModule.run(strategy, iterator, self.play_context)
+        finally:
+            gc.unfreeze()
+        self.result = result
+        outcomes = {}
+        for name in wave.nodes:
+            host = self.by_name[name]
+            failed = iterator.is_failed(host) or name in strategy._tqm._unreachable_hosts
+            outcomes[name] = "failed" if failed else "ok"
+        tqm = strategy._tqm
+        if result & tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
+            why = "max_fail_percentage reached" if result & tqm.RUN_FAILED_BREAK_PLAY else "meta: end_play"
+            self.stop = (STOPPED, "the play ended the rollout after wave %d (%s)" % (wave.number, why))
+        elif any(v == "failed" for v in outcomes.values()) and iterator._play.any_errors_fatal:
+            self.stop = (STOPPED, "wave %d failed and the play sets any_errors_fatal" % wave.number)
+            self.result = result | tqm.RUN_FAILED_BREAK_PLAY
+        return outcomes
+
+
 class StrategyModule(LinearStrategyModule):
-    """The ``linear`` strategy, run once per wave over the hosts the policy admits."""
+    """The ``linear`` strategy, run once per wave over the hosts the driver admits."""
 
     def __init__(self, tqm):
         super(StrategyModule, self).__init__(tqm)
-        # Where this play's record sits in the custom stat (one entry per rollout play).
+        # Where this play's records sit in the custom stat (entries of one rollout play).
         self._nw_slot = None
+        self._nw_count = 0
         self._nw_probe = None  # a Templar that only tells templates from plain values
-        self._nw_keeper = None  # writes the batch state into the resource's status, when there is one
+        self._nw_fleet = None
 
     # ------------------------------------------------------------------ inputs
 
     def _play_variables(self, play):
         variables = self._variable_manager.get_vars(play=play)
         templar = Templar(loader=self._loader, variables=variables)
-        wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER, VAR_STATE_RESOURCE)
+        wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER, VAR_STATE_RESOURCE,
+                  VAR_DESIRED, VAR_ADMISSION, VAR_RESERVATION_TTL, VAR_CAPACITY_TIMEOUT, VAR_LOCK_NAMESPACE)
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
@@ -538,18 +301,29 @@ class StrategyModule(LinearStrategyModule):
         variables = self._variable_manager.get_vars(host=self._inventory.get_host(host_name), include_hostvars=False)
         return _TemplatedVariables(variables, self._loader, self._nw_probe)
 
+    def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
+        # The controller's main loop: renew this run's reservations here, between forks.
+        fleet = self._nw_fleet
+        if fleet is not None and fleet.active is not None:
+            fleet.active.tick()
+        return super(StrategyModule, self)._process_pending_results(iterator, one_pass=one_pass,
+                                                                   max_passes=max_passes)
+
     # ------------------------------------------------------------------ run
 
     def run(self, iterator, play_context):  # type: ignore[override]
         play = iterator._play
         try:
             settings = read_settings(self._play_variables(play))
+            if settings.desired is not None:
+                run_context.publish(settings.desired.get("rollouts"), {
+                    "runtime_required": any(r.get("runtime_required") for r in settings.desired.get("rollouts")
+                                            or [])})
             if settings.driver == DRIVER_WAVE_RUNNER:
-                # bin/nodewright-rollout already limited the run to one wave.
-                display.vv("nodewright.fleet.rollout: waves are driven by nodewright-rollout; running as linear")
+                # `nodewright rollout` already limited the run to one wave.
+                display.vv("nodewright.fleet.rollout: waves are driven by nodewright rollout; running as linear")
                 return super(StrategyModule, self).run(iterator, play_context)
             check_serial(play.serial, play.get_name())
-            policy, source = load_policy(settings)
         except NodeWrightError as exc:
             raise AnsibleError("nodewright.fleet.rollout: %s" % exc)
 
@@ -558,173 +332,118 @@ class StrategyModule(LinearStrategyModule):
         # Hosts that failed or became unreachable in an earlier play are not this rollout's failures.
         earlier = {h.name for h in hosts if iterator.is_failed(h) or h.name in self._tqm._unreachable_hosts}
         names = [h.name for h in hosts if h.name not in earlier]
+        check_mode = bool(play_context.check_mode)
         try:
-            nodes = collect_nodes(names, self._host_variables, settings.k8s_auth)
+            resources, records, keepers, view = self._resources(settings, play, names, check_mode)
+            fleet = self._fleet(settings, view, check_mode)
         except NodeWrightError as exc:
             raise AnsibleError("nodewright.fleet.rollout: %s" % exc)
-
-        record = RolloutRecord(play.get_name(), policy, source, nodes, driver="strategy")
-        record.leave_out(sorted(earlier), "failed or unreachable earlier in the playbook")
-        rollout = self._start_state(settings, policy, play_context, record)
-        self._publish(record, rollout)
-        display.banner("NODEWRIGHT ROLLOUT [%s] %d node(s), policy %s" % (play.get_name(), len(nodes), source))
-
-        # A wave starts from a fresh task list, exactly as a new serial batch would.
+        for record in records.values():
+            record.leave_out(sorted(earlier), "failed or unreachable earlier in the playbook")
         original_tasks = list(iterator.all_tasks)
-        result = int(self._tqm.RUN_OK)
+        writer = status_writer(settings.k8s_auth) if settings.desired is not None else None
+        hooks = StrategyHooks(self, iterator, play_context, by_name, original_tasks, records, keepers, writer)
+        holder = fleet.record.holder_id if getattr(fleet, "record", None) is not None else ""
+        driver = RolloutDriver(resources, fleet, hooks, holder_id=holder, wait_for_window=settings.wait_for_window,
+                               capacity_timeout=(settings.capacity_timeout if settings.capacity_timeout is not None
+                                                 else DEFAULT_CAPACITY_TIMEOUT), poll=5.0)
+        hooks.driver = driver
+        self._publish(records, resources)
+        display.banner("NODEWRIGHT ROLLOUT [%s] %s" % (play.get_name(), "; ".join(
+            "%s: %d node(s) with work, policy %s" % (r.name, len(r.work), records[r.name].source)
+            for r in driver.resources)))
+        status, reason = "interrupted", "the rollout stopped before the policy finished (interrupted or error)"
         try:
-            result = self._run_waves(iterator, play_context, settings, nodes, by_name, record, rollout,
-                                     original_tasks, source)
+            status, reason = driver.run()
+        except NodeWrightError as exc:
+            status, reason = "error", str(exc)
         finally:
             self._inventory.restrict_to_hosts(hosts)
-            if record.status is None:
-                record.finish("interrupted", "the rollout stopped before the policy finished (interrupted or error)")
-            self._publish(record, rollout)
-            self._save_state(rollout, nodes)
+            self._nw_fleet = None
+            hooks.finish(status, reason)
+            self._publish(records, resources)
+            halted = [r.name for r in driver.resources if records[r.name].status == HALTED]
+            if halted:
+                reason = "; ".join(records[name].reason for name in halted)
             # For a later play on the controller: publish the outcome, end the playbook non-zero.
             self._variable_manager.set_nonpersistent_facts("localhost", {OUTCOME_FACT: {
-                "status": record.status, "reason": record.reason, "resource": settings.state_resource,
-                "play": play.get_name()}})
+                "status": HALTED if halted else status, "reason": reason,
+                "resource": halted[0] if halted else (settings.state_resource or ""),
+                "halted": halted, "play": play.get_name()}})
+        return self._end(iterator, hooks, status, reason, halted)
+
+    def _end(self, iterator, hooks, status, reason, halted):
+        result = hooks.result
+        if status == "error":
+            # The records and statuses are written; the playbook ends here, non-zero.
+            raise AnsibleError("nodewright.fleet.rollout: %s" % reason)
+        if halted:
+            display.error(reason, wrap_text=False)
+            # End this play only: a later play still runs; the exit status is non-zero.
+            iterator.end_play = True
+            return result or self._tqm.RUN_FAILED_HOSTS
+        if status == STOPPED:
+            display.warning("NodeWright rollout stopped: %s" % reason)
+        elif status == WAITING:
+            display.warning("NodeWright rollout: no wave started: %s" % reason)
+            iterator.end_play = True
+        elif status == INCOMPLETE:
+            display.warning("NodeWright rollout: %s" % reason)
+        elif status == COMPLETE:
+            display.display("NodeWright rollout: %s" % reason, color=C.COLOR_OK)
         return result
 
-    def _run_waves(self, iterator, play_context, settings, nodes, by_name, record, rollout, original_tasks,
-                   source):
-        result = int(self._tqm.RUN_OK)
-        progress = {}  # compartment -> {"ok", "failed", "total"}: the per-wave progress line
-        while True:
-            if self._tqm._terminated:
-                record.finish("interrupted", "the run was interrupted")
-                return result
-            decision = next_wave(rollout, nodes, now=_now())
-            record.decision(decision)
-
-            if decision.status == WAVE:
-                wave = decision.wave
-                record.wave_started(wave)
-                display.banner("NODEWRIGHT WAVE %d: %s" % (wave.number, ", ".join(
-                    "%s %d" % (name, len(hosts)) for name, hosts in wave.compartments.items())))
-                display.display(decision.reason, color=C.COLOR_VERBOSE)
-                for host, fact in wave_facts(wave, source).items():
-                    self._variable_manager.set_nonpersistent_facts(host, {FACT: fact})
-                # The inventory holds only the wave while it runs, as it holds one serial batch
-                # under ansible-playbook: the strategy's host cache, ansible_play_batch and meta
-                # tasks such as end_batch then see the wave and nothing else. (Hosts of later waves
-                # left in the host cache would also skip their first task when a wave ends.)
-                self._inventory.restrict_to_hosts([by_name[name] for name in wave.nodes])
-                iterator.all_tasks[:] = original_tasks
-                iterator.cur_task = 0
-                # Every task of the wave forks a worker per host from this process. Frozen
-                # objects are left alone by the workers' garbage collector, so their pages
-                # stay shared with the controller instead of being copied into each worker.
-                gc.collect()
-                gc.freeze()
-                try:
-                    result = super(StrategyModule, self).run(iterator, play_context)
-                finally:
-                    gc.unfreeze()
-
-                failed = {name for name in wave.nodes
-                          if iterator.is_failed(by_name[name]) or name in self._tqm._unreachable_hosts}
-                succeeded = [name for name in wave.nodes if name not in failed]
-                outcome = record_wave_result(rollout, succeeded=succeeded, failed=failed)
-                record.wave_finished(succeeded, failed, outcome)
-                self._publish(record, rollout)
-                self._save_state(rollout, nodes)
-                display.display("NodeWright wave %d: %d succeeded, %d failed%s"
-                                % (wave.number, len(succeeded), len(failed),
-                                   (" (%s)" % _names(sorted(failed))) if failed else ""),
-                                color=C.COLOR_ERROR if failed else C.COLOR_OK)
-                for comp, hosts in wave.compartments.items():
-                    entry = progress.setdefault(comp, {"ok": 0, "failed": 0, "total": 0})
-                    entry["total"] = max(entry["total"], wave.totals.get(comp, 0))
-                    entry["failed"] += len([h for h in hosts if h in failed])
-                    entry["ok"] += len([h for h in hosts if h not in failed])
-                display.display("NodeWright progress: %s" % "; ".join(
-                    "%s %d ok, %d failed, %d remaining of %d" % (
-                        comp, e["ok"], e["failed"], max(0, e["total"] - e["ok"] - e["failed"]), e["total"])
-                    for comp, e in sorted(progress.items())), color=C.COLOR_VERBOSE)
-
-                if result & self._tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
-                    why = ("max_fail_percentage reached" if result & self._tqm.RUN_FAILED_BREAK_PLAY
-                           else "meta: end_play")
-                    self._stopped(record, "the play ended the rollout after wave %d (%s)" % (wave.number, why))
-                    return result
-                if failed and iterator._play.any_errors_fatal:
-                    self._stopped(record, "wave %d failed and the play sets any_errors_fatal" % wave.number)
-                    return result | self._tqm.RUN_FAILED_BREAK_PLAY
-                continue
-
-            if decision.status == WAITING and decision.next_window is not None and settings.wait_for_window:
-                self._wait_for(decision.next_window, decision.reason)
-                continue
-
-            if decision.status == WAITING:
-                record.finish(WAITING, decision.reason)
-                display.warning("NodeWright rollout: no wave started: %s" % decision.reason)
-                iterator.end_play = True
-                return result
-
-            if decision.status == HALTED:
-                message = halt_message(decision, record.untouched())
-                record.finish(HALTED, message)
-                display.error(message, wrap_text=False)
-                # End this play only: a later play (publishing the resources' status, say)
-                # still runs; the failed nodes make the playbook's exit status non-zero.
-                iterator.end_play = True
-                return result or self._tqm.RUN_FAILED_HOSTS
-
-            # COMPLETE or INCOMPLETE: nothing more to do in this run.
-            record.finish(decision.status, decision.reason)
-            if decision.status == INCOMPLETE:
-                display.warning("NodeWright rollout: %s" % decision.reason)
-            elif decision.status == COMPLETE:
-                display.display("NodeWright rollout: %s" % decision.reason, color=C.COLOR_OK)
-            return result
-
-    def _start_state(self, settings, policy, play_context, record):
-        """The engine's state for this run: fresh, or resumed from the resource's status."""
-        if not settings.state_resource:
-            return RolloutState(policy)
-        state, note, self._nw_keeper = StateKeeper.resume(settings.state_resource, policy, settings.k8s_auth,
-                                                          check_mode=bool(play_context.check_mode))
+    def _resources(self, settings, play, names, check_mode):
+        """The run's resources and records, and (for a play over plain hosts) its fixed view."""
+        if settings.desired is not None:
+            resources, records, keepers = resources_from_desired(
+                settings.desired, names, settings, play.get_name(), "strategy", check_mode=check_mode,
+                say=StrategyHooks._display)
+            return resources, records, keepers, None
+        policy, source = load_policy(settings)
+        nodes = collect_nodes(names, self._host_variables, settings.k8s_auth)
+        name = settings.state_resource or play.get_name() or "rollout"
+        state, keeper, note = RolloutState(policy), None, None
+        if settings.state_resource:
+            state, note, keeper = StateKeeper.resume(settings.state_resource, policy, settings.k8s_auth,
+                                                     check_mode=check_mode)
+        record = RolloutRecord(play.get_name(), policy, source, nodes, driver="strategy",
+                               resource=settings.state_resource)
+        record.labelled = True
         if note:
             record.note(note)
             display.display("NodeWright rollout: %s" % note, color=C.COLOR_VERBOSE)
-        return state
+        res = ResourceRollout(name, policy, targets=[n["name"] for n in nodes], work=[n["name"] for n in nodes],
+                              state=state, source=source)
+        view = FleetView([NodeInfo(name=n["name"], labels=n["labels"], created=n.get("creationTimestamp"),
+                                   unschedulable=False, cordoned_by=None, statuses={}) for n in nodes])
+        return [res], {name: record}, {name: keeper}, view
 
-    def _save_state(self, rollout, nodes):
-        """Write the batch state into the resource's status (not in check mode)."""
-        if self._nw_keeper is not None:
-            problem = self._nw_keeper.save(rollout, nodes)
-            if problem:
-                display.warning("NodeWright rollout: %s" % problem)
+    def _fleet(self, settings, view, check_mode):
+        if not settings.admission:
+            return StaticFleet(view)
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
+        api = get_api_client(settings.k8s_auth)
+        record = None if check_mode else ReservationRecord(
+            api, namespace=settings.lock_namespace, ttl=settings.reservation_ttl or DEFAULT_TTL,
+            run="ansible-playbook %s" % (self._tqm._stats and "" or ""))
+        fleet = ClusterFleet(api, record, threaded=False)
+        self._nw_fleet = fleet
+        return fleet
 
-    def _stopped(self, record, why):
-        untouched = record.untouched()
-        if untouched:
-            why += "; %d node(s) were never admitted: %s" % (len(untouched), _names(untouched))
-        record.finish("stopped", why)
-        display.warning("NodeWright rollout stopped: %s" % why)
-
-    def _wait_for(self, moment, reason):
-        display.display("NodeWright rollout: %s; waiting" % reason, color=C.COLOR_WARN)
-        while not self._tqm._terminated:
-            left = seconds_until(moment, _now())
-            if left <= 0:
-                return
-            time.sleep(min(left, _WAIT_SLICE))
-
-    def _publish(self, record, rollout):
-        """Keep the rollout's record in the play's custom stats, where the report callback and
-        ansible-runner (``artifact_data``) find it."""
+    def _publish(self, records, resources):
+        """Keep the rollout's records in the play's custom stats, where the report callback and
+        ansible-runner (``artifact_data``) find them."""
         stats = self._tqm._stats
         entries = (getattr(stats, "custom", {}).get("_run") or {}).get(CUSTOM_STAT)
         if not isinstance(entries, list):
             entries = []
-        data = record.to_dict(rollout)
-        if self._nw_slot is None or self._nw_slot >= len(entries):
+        data = []
+        for res in resources:
+            record = records[res.name]
+            data.append(record.to_dict(res.state, done=res.done))
+        if self._nw_slot is None or self._nw_slot > len(entries):
             self._nw_slot = len(entries)
-            entries.append(data)
-        else:
-            entries[self._nw_slot] = data
+        entries[self._nw_slot:self._nw_slot + self._nw_count] = data
+        self._nw_count = len(data)
         stats.set_custom_stats(CUSTOM_STAT, entries)

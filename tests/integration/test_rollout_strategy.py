@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""The nodewright.fleet.rollout strategy and bin/nodewright-rollout, end to end.
+"""The nodewright.fleet.rollout strategy and `nodewright rollout`, end to end.
 
 Plays run with ansible-playbook against plain hostnames (local connection) whose labels
 are in ``nodewright_node_labels``; the waves are read back from the run report that the
@@ -377,7 +377,7 @@ def run_wave_runner(tmp_path, hosts, policy, *extra, tasks=(BATCH_TASK, FACT_TAS
     (tmp_path / "site.yml").write_text(yaml.safe_dump(
         [{"name": "patch", "hosts": "all", "gather_facts": False, "tasks": list(tasks)}], sort_keys=False))
     (tmp_path / "policy.yml").write_text(yaml.safe_dump(policy))
-    cmd = [sys.executable, os.path.join(REPO, "bin", "nodewright-rollout"), str(tmp_path / "site.yml"),
+    cmd = [os.path.join(BIN, "nodewright"), "rollout", str(tmp_path / "site.yml"),
            "-i", str(inventory), "--policy", str(tmp_path / "policy.yml"),
            "--report", str(tmp_path / "runner-report.json")] + list(extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env_for(tmp_path), cwd=str(tmp_path))
@@ -436,7 +436,7 @@ def test_same_playbook_runs_under_the_wave_runner_without_loading_the_strategy(t
     (tmp_path / "site.yml").write_text(yaml.safe_dump([play], sort_keys=False))
     (tmp_path / "policy.yml").write_text(yaml.safe_dump({"default": {"budget": {"count": 1}}}))
     env = env_for(tmp_path, deprecation_warnings=True)
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "bin", "nodewright-rollout"), str(tmp_path / "site.yml"),
+    proc = subprocess.run([os.path.join(BIN, "nodewright"), "rollout", str(tmp_path / "site.yml"),
                            "-i", str(inventory), "--policy", str(tmp_path / "policy.yml"), "--show-output",
                            "--report", str(tmp_path / "r.json")], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path))

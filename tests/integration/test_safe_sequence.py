@@ -127,7 +127,8 @@ def test_non_interruptible_job_is_waited_for_then_drained(sim, tmp_path):
     waited = host_result(proc, n1, "Wait for non-interruptible pods to finish")
     assert waited["initially_blocking"][0]["pod"].startswith(ns + "/run-")
     assert waited["blocking"] == []
-    assert sim.batch.read_namespaced_job("run", ns).status.succeeded == 1  # finished, not evicted
+    # Finished, not evicted (the Job controller records the success a moment after the pod ends).
+    wait_for(lambda: sim.batch.read_namespaced_job("run", ns).status.succeeded == 1, what="job succeeded")
 
 
 def test_non_interruptible_job_outliving_deadline_means_nothing_evicted(sim, tmp_path):

@@ -1,13 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""The pure parts of bin/nodewright-rollout: host lists, wave outcomes, policy files."""
+"""The pure parts of `nodewright rollout`: host lists, wave outcomes, policy files."""
 
 from __future__ import annotations
-
-import importlib.machinery
-import importlib.util
-import os
 
 import pytest
 import yaml
@@ -16,17 +12,10 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "bin", "nodewright-rollout")
-
-
 @pytest.fixture(scope="module")
 def runner():
-    loader = importlib.machinery.SourceFileLoader("nodewright_rollout_cli", SCRIPT)
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    from nodewright_cli import rollout
+    return rollout
 
 
 PLAYBOOK_LIST = """
@@ -65,7 +54,9 @@ def test_parse_list_hosts(runner):
     (None, [], ["a", "b", "c"]),
 ])
 def test_wave_outcome(runner, stats, succeeded, failed):
-    assert runner.wave_outcome(["a", "b", "c"], stats) == (succeeded, failed)
+    outcome = runner.wave_outcome(["a", "b", "c"], stats)
+    assert [h for h, o in outcome.items() if o == "ok"] == succeeded
+    assert [h for h, o in outcome.items() if o == "failed"] == failed
 
 
 def test_policy_file_as_resource_or_spec(runner, tmp_path):
@@ -88,10 +79,15 @@ def test_policy_file_errors_name_the_file_and_field(runner, tmp_path):
 
 
 def test_arguments(runner):
-    args = runner.parse_args(["site.yml", "-i", "a.yml", "-i", "b.yml", "--policy", "p.yml", "-e", "x=1",
-                              "--no-wait-for-window"])
+    from nodewright_cli.cli import build_parser
+
+    def parse_args(argv):
+        return build_parser().parse_args(["rollout"] + argv)
+    args = parse_args(["site.yml", "-i", "a.yml", "-i", "b.yml", "--policy", "p.yml", "-e", "x=1",
+                       "--no-wait-for-window"])
     assert args.inventory == ["a.yml", "b.yml"] and args.extra_vars == ["x=1"] and not args.wait_for_window
+    assert not args.admission
     with pytest.raises(SystemExit):
-        runner.parse_args(["site.yml", "-i", "a.yml", "--policy", "p.yml", "--policy-name", "q"])
+        parse_args(["site.yml", "-i", "a.yml", "--policy", "p.yml", "--policy-name", "q"])
     with pytest.raises(SystemExit):
-        runner.parse_args(["site.yml", "-i", "a.yml"])
+        parse_args(["site.yml", "-i", "a.yml"])

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""The pure parts of the rollout strategy: play variables, node labels from host
+"""The pure parts of a rollout run (module_utils/fleet/rollout.py): play variables, node labels from host
 variables, the wave facts and the report record, table by table."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
     next_wave,
     record_wave_result,
 )
-from ansible_collections.nodewright.fleet.plugins.strategy import rollout
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import rollout
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +36,7 @@ POLICY = {"default": {"budget": {"count": 2}, "strategy": {"fixed": {"initialBat
     ({"nodewright_rollout_policy": POLICY, "nodewright_rollout_wait_for_window": False}, {"wait_for_window": False}),
     ({"nodewright_rollout_policy_name": "p", "nodewright_rollout_k8s_auth": {"context": "prod"}},
      {"k8s_auth": {"context": "prod"}}),
-    # Under bin/nodewright-rollout the play needs no policy of its own.
+    # Under `nodewright rollout` the play needs no policy of its own.
     ({"nodewright_rollout_driver": "wave_runner"}, {"driver": "wave_runner", "policy_spec": None}),
 ])
 def test_read_settings(variables, expected):

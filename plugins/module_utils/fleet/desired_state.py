@@ -27,7 +27,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     is_ignored,
     order_nodes,
-    plan_waves,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
@@ -84,7 +83,15 @@ def resolve_source(name, package, package_dirs, where, resolver=None):
                           hint="set source to the package directory")
 
 
-def package_specs(resource, package_dirs):
+def _load(src, cache):
+    if cache is None:
+        return load_package(src)
+    if src not in cache:
+        cache[src] = load_package(src)
+    return cache[src]
+
+
+def package_specs(resource, package_dirs, cache=None):
     """The package module's specs for a validated NodeWright resource, each checked
     against its manifest (version, expected config) before any node is touched."""
     specs = []
@@ -100,7 +107,7 @@ def package_specs(resource, package_dirs):
             spec["depends_on"] = pkg["dependsOn"]
         if pkg.get("env"):
             spec["env"] = {e["name"]: e.get("value", "") for e in pkg["env"] if "name" in e}
-        package = load_package(src)
+        package = _load(src, cache)
         package_planner.desired_from_spec(spec, package)  # version and config checked here
         specs.append(spec)
     return specs
@@ -117,12 +124,15 @@ def recorded_state(node, resource_name):
     return value if isinstance(value, dict) and "packages" in value else None
 
 
-def node_plan(specs, node, resource_name):
+def desired_packages(specs, cache=None):
+    """The planner's view of ``specs`` (each package loaded once)."""
+    return [package_planner.desired_from_spec(spec, _load(spec["src"], cache)) for spec in specs]
+
+
+def node_plan(specs, node, resource_name, desired=None, cache=None):
     """What would run on this node, and whether it disrupts workloads."""
-    desired = []
-    for spec in specs:
-        package = load_package(spec["src"])
-        desired.append(package_planner.desired_from_spec(spec, package))
+    if desired is None:
+        desired = desired_packages(specs, cache)
     result = package_planner.plan(desired, recorded_state(node, resource_name))
     interrupt = result.get("interrupt") or {"type": "noop"}
     return {"actions": {p["name"]: p["action"] for p in result["packages"]},
@@ -136,7 +146,7 @@ def node_plan(specs, node, resource_name):
 # resolved here, from the targeted nodes' labels and OS, into the package's config
 # (module_utils/tuning.py, "The nvidia-tuning package"). The plan shows the settings.
 
-def nvidia_tuning_specs(specs, nodes):
+def nvidia_tuning_specs(specs, nodes, cache=None):
     """The specs with nvidia-tuning's profile resolved for ``nodes`` (Node objects), and
     per node name the settings it would get (``tuning.plan_summary``)."""
     out, per_node = [], {}
@@ -145,7 +155,7 @@ def nvidia_tuning_specs(specs, nodes):
         if spec["name"] != tuning.PACKAGE_NAME:
             out.append(spec)
             continue
-        spec, settings = tuning.package_spec_for_nodes(spec, facts, package=load_package(spec["src"]))
+        spec, settings = tuning.package_spec_for_nodes(spec, facts, package=_load(spec["src"], cache))
         out.append(spec)
         per_node.update(settings)
     return out, per_node
@@ -170,31 +180,116 @@ def policy_for(resource, policies):
     return policy_from_interruption_budget(spec.get("interruptionBudget")).to_dict()
 
 
-def describe(resource, nodes, policies, package_dirs):
-    """Everything a rollout of one resource needs, validated; raises on bad input."""
+def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
+    """Everything a rollout of one resource needs, validated; raises on bad input.
+
+    ``waves`` is filled in by ``describe_all``: the waves of a run of every resource
+    together, which is what a rollout makes."""
     resource = validate_nodewright(resource)
     name = resource["metadata"]["name"]
     targets = targeted_nodes(resource, nodes)
-    specs = package_specs(resource, package_dirs)
-    by_name = {n["metadata"]["name"]: n for n in nodes}
-    specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets])
-    plans = {t: node_plan(specs, by_name[t], name) for t in targets}
+    cache = {} if cache is None else cache
+    specs = package_specs(resource, package_dirs, cache)
+    by_name = by_name or {n["metadata"]["name"]: n for n in nodes}
+    specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets], cache)
+    desired = desired_packages(specs, cache)
+    plans = {t: node_plan(specs, by_name[t], name, desired=desired) for t in targets}
     for t, settings in tuning_settings.items():
         plans[t]["nvidia_tuning"] = settings
     policy = policy_for(resource, policies)
     # A node left mid-sequence (a crash after its packages ran, before it was marked
     # complete) or marked erroring is work too: the safe sequence resumes or retries it.
     work = [t for t in targets if plans[t]["changed"] or _unfinished(by_name[t], name)]
-    waves = plan_waves(parse_policy(policy), [by_name[t] for t in targets],
-                       done=[t for t in targets if t not in work], fleet_size=len(nodes))
     return {
         "name": name, "priority": resource["spec"].get("priority", DEFAULT_PRIORITY),
         "generation": resource["metadata"].get("generation"),
         "paused": is_paused(resource), "disabled": is_disabled(resource),
         "policy": policy, "policy_name": resource["spec"].get("deploymentPolicy"),
-        "waves": waves.to_dict(),
+        "waves": {"waves": [], "status": "unplanned", "reason": "planned with every resource (describe_all)"},
         "non_interruptible": resource["spec"].get("podNonInterruptLabels") or {},
         "runtime_required": bool(resource["spec"].get("runtimeRequired")),
         "targets": targets, "packages": specs, "nodes": plans,
         "work": work,
+        "drain": resource["spec"].get("drainConfig") or {},
     }
+
+
+def settings_of(entry, cache):
+    """node -> {setting: value} a described resource writes (for ``conflicts``)."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts
+    common = {}
+    for spec in entry["packages"]:
+        common.update(conflicts.spec_settings(spec, _load(spec["src"], cache)))
+    out = {}
+    for node in entry["targets"]:
+        settings = dict(common)
+        settings.update(conflicts.node_settings(entry["nodes"].get(node)))
+        out[node] = settings
+    return out
+
+
+def describe_all(resources, nodes, policies, package_dirs, only=None, holders=None, now=None):
+    """Every resource described, conflicts between them refused, and the waves of a run
+    of all of them together (the rollout driver's own dry run).
+
+    Returns ``{"rollouts", "blocked", "waves", "conflicts", "status", "reason"}``;
+    ``only``: the name of the one resource to report (the others are still read, for
+    conflicts and for the nodes they have in progress)."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts as conflicts_mod
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import driver as driver_mod
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import resume_state
+
+    cache = {}
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    rollouts, blocked, objects = [], [], {}
+    for resource in order_resources(resources):
+        name = (resource.get("metadata") or {}).get("name", "?")
+        try:
+            rollouts.append(describe(resource, nodes, policies, package_dirs, cache, by_name))
+            objects[name] = resource
+        except NodeWrightError as exc:
+            blocked.append({"name": name, "reason": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - one resource's surprise must not stop the others
+            blocked.append({"name": name, "reason": "cannot be described (%s: %s); this is a NodeWright bug if the "
+                                                    "resource is valid" % (type(exc).__name__, exc)})
+    found = conflicts_mod.find_conflicts([(r["name"], r["priority"], settings_of(r, cache)) for r in rollouts])
+    if found:
+        bad = {}
+        for conflict in found:
+            for name in conflict["resources"]:
+                bad.setdefault(name, []).append(conflicts_mod.conflict_message(conflict))
+        blocked.extend({"name": name, "reason": "; ".join(reasons) + "; make the values agree, or the resources' "
+                        "nodeSelectors disjoint (nothing was changed)", "conflict": True}
+                       for name, reasons in sorted(bad.items()))
+        rollouts = [r for r in rollouts if r["name"] not in bad]
+    if only is not None:
+        rollouts = [r for r in rollouts if r["name"] == only]
+        blocked = [b for b in blocked if b["name"] == only]
+    runnable = []
+    for entry in rollouts:
+        if entry["paused"] or entry["disabled"]:
+            continue
+        policy = parse_policy(entry["policy"])
+        state, _note = resume_state(policy, objects.get(entry["name"]))
+        runnable.append(driver_mod.ResourceRollout(entry["name"], policy, targets=entry["targets"],
+                                                   work=entry["work"], priority=entry["priority"], state=state))
+    view = driver_mod.simulated_view(nodes, holders, now)
+    run, status, reason = driver_mod.plan_run(runnable, view)
+    per = {res.name: res for res in run.resources}
+    for entry in rollouts:
+        res = per.get(entry["name"])
+        if res is None:
+            continue
+        waves = []
+        for wave in run.waves:
+            mine = wave.waves.get(res.name)
+            if mine is not None:
+                data = mine.to_dict()
+                data["number"] = wave.number
+                waves.append(data)
+        decision = res.decision
+        entry["waves"] = {"waves": waves, "status": decision.status if decision else "complete",
+                          "reason": decision.reason if decision else "nothing to do"}
+    return {"rollouts": rollouts, "blocked": blocked, "waves": driver_mod.waves_of(run), "conflicts": found,
+            "status": status, "reason": reason}

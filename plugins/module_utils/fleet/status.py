@@ -25,12 +25,16 @@ def _node_state(node, resource):
 
 
 def compute_status(resource, nodes, targets, packages, override=None, message=None, generation=None,
-                   extra=None, now=None, current=None):
+                   extra=None, now=None, current=None, pending=()):
     """A status object (for the status subresource) from the targeted nodes' markers.
 
     ``override`` forces the overall status (blocked, halted, paused, disabled) with
     ``message``; otherwise it is derived: erroring > in_progress > complete.
+    ``pending``: targets that still have work for the resource's current spec (a new
+    version or config not yet applied); such a node is ``waiting``, not complete, even
+    when its label still says complete for what it got before.
     """
+    pending = set(pending)
     by_name = {n["metadata"]["name"]: n for n in nodes}
     node_status, node_state, boot_ids = {}, {}, {}
     for t in targets:
@@ -42,6 +46,8 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
         state = _node_state(node, resource)
         if "error" in state:
             st = markers.STATUS_ERRORING
+        elif t in pending and st in (markers.STATUS_COMPLETE, markers.STATUS_UNKNOWN):
+            st = markers.STATUS_WAITING
         node_status[t] = st
         pk = {}
         for name, entry in sorted((state.get("packages") or {}).items()):
@@ -59,7 +65,8 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
         overall = override
     elif counts.get(markers.STATUS_ERRORING):
         overall = "erroring"
-    elif counts.get(markers.STATUS_IN_PROGRESS) or counts.get(markers.STATUS_BLOCKED):
+    elif counts.get(markers.STATUS_IN_PROGRESS) or counts.get(markers.STATUS_BLOCKED) or \
+            counts.get(markers.STATUS_WAITING):
         overall = "in_progress"
     elif targets and complete == len(targets):
         overall = "complete"
@@ -70,6 +77,8 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
     ts = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     if not message:
         message = "%d of %d nodes complete" % (complete, len(targets))
+        if counts.get(markers.STATUS_WAITING):
+            message += "; %d waiting for the current spec" % counts[markers.STATUS_WAITING]
         if counts.get(markers.STATUS_ERRORING):
             bad = sorted(t for t, s in node_status.items() if s == markers.STATUS_ERRORING)
             message += "; erroring: %s" % ", ".join(bad[:10])

@@ -332,16 +332,21 @@ def _halt_reason(name, batch, strategy, total):
 
 
 def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_size=None,
-              ignore_windows=False):
+              ignore_windows=False, resumable=(), eligible=None):
     """Choose the next wave, or say why none may start.
 
     ``nodes``: the resource's nodes (mappings with name, labels, creationTimestamp, or
-    Node objects as the API returns them). ``in_progress_elsewhere``: nodes any other
-    NodeWright resource has in progress or cordoned (names, or mappings with labels so
-    that topology limits can count them). ``done``: nodes already complete before this
-    run. ``now``: for maintenance windows (default: the current time; naive = UTC).
-    ``fleet_size``: the node count a percent ``fleetDisruptionLimit`` is taken of
-    (default: every node passed in).
+    Node objects as the API returns them). ``in_progress_elsewhere``: disrupted nodes
+    this wave may not take - in progress under another NodeWright resource or another
+    run, cordoned, reserved (names, or mappings with labels so that topology limits
+    can count them). ``resumable``: names of this resource's nodes that are already
+    disrupted (left in progress by an earlier run, cordoned by someone else) and that
+    the wave may take; they count against every limit whether taken or not, and are
+    taken first. ``done``: nodes already complete before this run. ``eligible``: when
+    given, only these nodes may be picked (the hosts this run can reach); the others
+    are left to other runs. ``now``: for maintenance windows (default: the current
+    time; naive = UTC). ``fleet_size``: the node count a percent
+    ``fleetDisruptionLimit`` is taken of (default: every node passed in).
 
     The chosen wave is remembered in ``state``; report its outcome with
     ``record_wave_result`` before asking for the next.
@@ -355,6 +360,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     elsewhere = _elsewhere(in_progress_elsewhere, by_name)
     members, ceilings = _assign(policy, views)
     finished = set(done) | state.succeeded
+    resume = {name for name in resumable if name in by_name and name not in elsewhere and name not in finished}
+    reachable = (lambda name: True) if eligible is None else (lambda name, _e=set(eligible): name in _e)
     notes = []
     if ignored:
         notes.append("%d node(s) skipped: labelled %s=true (%s)" % (len(ignored), LABEL_IGNORE, _names(ignored)))
@@ -362,6 +369,7 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     candidates = {}
     halted = {}
     halted_reasons = []
+    elsewhere_runs = []
     for comp in policy.all_compartments:
         group = members[comp.name]
         if not group:
@@ -371,13 +379,17 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         # towards progress exactly as they do in Skyhook.
         batch.completed_nodes = sum(1 for v in group if v.name in finished)
         batch.failed_nodes = sum(1 for v in group if v.name in state.failed)
-        pickable = [v for v in group if v.name not in finished and v.name not in state.failed
-                    and v.name not in state.blocked and v.name not in elsewhere]
+        open_nodes = [v for v in group if v.name not in finished and v.name not in state.failed
+                      and v.name not in state.blocked and v.name not in elsewhere]
+        pickable = [v for v in open_nodes if reachable(v.name)]
+        elsewhere_runs.extend(v.name for v in open_nodes if not reachable(v.name))
         if batch.should_stop and any(v.name not in finished for v in group):
             halted[comp.name] = batch.consecutive_failures
             halted_reasons.append(_halt_reason(comp.name, batch, comp.effective_strategy, len(group)))
             continue
         if pickable:
+            # Nodes already disrupted are finished first.
+            pickable.sort(key=lambda v: v.name not in resume)
             candidates[comp.name] = pickable
 
     def decision(status, reason, **extra):
@@ -391,11 +403,15 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
                             "resource's spec)" % ((" (%s)" % _names(failed_here)) if failed_here else ""))
         held = [v.name for v in views if v.name in elsewhere and v.name not in finished]
         if held:
-            return decision(WAITING, "%d node(s) are in progress under other NodeWright resources (%s); "
-                            "wait for them to finish" % (len(held), _names(held)))
+            return decision(WAITING, "%d node(s) are in progress under other NodeWright resources (%s) (or reserved by "
+                            "another run, or cordoned); wait for them to finish" % (len(held), _names(held)))
         failed = [v.name for v in views if v.name in state.failed]
         blocked = [v.name for v in views if v.name in state.blocked and v.name not in finished]
+        others = sorted(set(elsewhere_runs))
         if not failed and not blocked:
+            if others:
+                return decision(COMPLETE, "every node this run can reach is complete; %d node(s) are left to "
+                                "other runs (%s)" % (len(others), _names(others)))
             if policy.reset_batch_state_on_completion:
                 state.reset_batches()
             return decision(COMPLETE, "all %d node(s) are complete" % len(views))
@@ -404,6 +420,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
             parts.append("%d failed (%s)" % (len(failed), _names(failed)))
         if blocked:
             parts.append("%d blocked by non-interruptible pods (%s)" % (len(blocked), _names(blocked)))
+        if others:
+            parts.append("%d left to other runs (%s)" % (len(others), _names(others)))
         return decision(INCOMPLETE, "nothing left to try in this run: %s; fix or reset the failed nodes "
                         "and rerun to retry them" % ", ".join(parts))
 
@@ -416,21 +434,26 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
                                upcoming.isoformat() if upcoming else "never"),
                             next_window=upcoming)
 
+    # Disrupted nodes of this resource count against every limit from the start.
+    disrupted = dict(elsewhere)
+    for name in resume:
+        disrupted[name] = by_name[name].labels
+
     fleet_room = None
     if policy.fleet_disruption_limit is not None:
         size = fleet_size if fleet_size is not None else len(set(by_name) | set(ignored) | set(elsewhere))
         limit = policy.fleet_disruption_limit.ceiling(size)
-        busy = len(elsewhere)
+        busy = len(disrupted)
         fleet_room = limit - busy
-        if fleet_room <= 0:
+        if fleet_room <= 0 and not resume:
             return decision(WAITING, "fleet disruption limit reached: %d node(s) in progress across NodeWright "
                             "resources (%s), limit %d (%s of %d)"
-                            % (busy, _names(elsewhere), limit, policy.fleet_disruption_limit.describe(), size))
+                            % (busy, _names(disrupted), limit, policy.fleet_disruption_limit.describe(), size))
 
     topo_busy = {}
     topology = policy.topology
     if topology is not None:
-        for labels in elsewhere.values():
+        for labels in disrupted.values():
             value = labels.get(topology.key)
             if value is not None:
                 topo_busy[value] = topo_busy.get(value, 0) + 1
@@ -446,21 +469,25 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         batch = state.batch(comp.name)
         wanted = comp.effective_strategy.next_batch_size(len(group), len(pickable), batch)
         # The ceiling caps every node in progress in the compartment, whoever works on it.
-        room = ceilings[comp.name] - sum(1 for v in group if v.name in elsewhere)
-        if room <= 0:
+        room = ceilings[comp.name] - sum(1 for v in group if v.name in disrupted)
+        resumed = [v.name for v in pickable if v.name in resume][:wanted]
+        if room <= 0 and not resumed:
             waits.append("%s: ceiling %d reached by nodes in progress elsewhere" % (label, ceilings[comp.name]))
             continue
-        size = min(wanted, room)
+        size = min(wanted, len(resumed) + max(0, room))
         if size < wanted:
             notes.append("%s: batch of %d capped to %d by its ceiling (%s of %d nodes)"
                          % (label, wanted, size, comp.budget.describe(), len(group)))
-        chosen = []
+        chosen = list(resumed)
         topology_skips = 0
+        fleet_full = False
         for view in pickable:
             if len(chosen) >= size:
                 break
+            if view.name in resume:
+                continue
             if fleet_room is not None and fleet_room <= 0:
-                waits.append("%s: fleet disruption limit reached" % label)
+                fleet_full = True
                 break
             value = view.labels.get(topology.key) if topology is not None else None
             if value is not None and topo_busy.get(value, 0) >= topology.max_in_progress:
@@ -471,6 +498,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
                 topo_busy[value] = topo_busy.get(value, 0) + 1
             if fleet_room is not None:
                 fleet_room -= 1
+        if fleet_full:
+            waits.append("%s: fleet disruption limit reached" % label)
         if topology_skips and len(chosen) < size:
             waits.append("%s: %d node(s) held back, %s already has %d node(s) in progress in their %s"
                          % (label, topology_skips, topology.key, topology.max_in_progress,

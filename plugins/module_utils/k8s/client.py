@@ -197,6 +197,16 @@ def get_api_client(params=None, environ=None):
     return _CLIENT_CACHE[key]
 
 
+def fresh_api_client(params=None, environ=None):
+    """An ApiClient of its own (not shared through the cache): for a thread that must
+    not share a connection pool with the code it runs beside."""
+    auth = resolve_auth(params, environ)
+    cfg = build_configuration(auth)
+    api = k8s_client.ApiClient(cfg)
+    api.nodewright_target = _describe(auth) if auth.get("host") else cfg.host
+    return api
+
+
 def explain_api_error(exc, what, target=None):
     """Turn an API or connection failure into a ClusterError a person can act on.
 
@@ -346,3 +356,43 @@ def list_pages(api, path, what, query=(), page_size=500, timeout=None):
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+# --- Raw JSON writes ------------------------------------------------------------------
+
+def _raw_request(api, method, path, query, body, content_type, timeout):
+    if not hasattr(api, "param_serialize"):  # pragma: no cover - kubernetes < 35
+        raise NodeWrightError("this NodeWright needs the kubernetes Python client 35 or newer",
+                              hint="pip install -r requirements.txt")
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    method, url, headers, payload, _ = api.param_serialize(
+        method, path, query_params=list(query), header_params=headers,
+        body=body, auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
+    data = resp.read()
+    if not 200 <= resp.status <= 299:
+        raise ApiException.from_response(http_resp=resp, body=None, data=None)
+    return data, dict(resp.getheaders() or {})
+
+
+def request_json(api, method, path, what, body=None, query=(), content_type="application/json", timeout=None):
+    """One request with a JSON body; returns ``(decoded JSON, response headers)``.
+
+    The headers carry the API server's ``Date``, a clock every client of the cluster
+    shares (see ``server_time``)."""
+    data, headers = call(what, _raw_request, api, method, path, query, body, content_type, timeout)
+    return (_decode(data, what) if data else None), headers
+
+
+def server_time(headers):
+    """The API server's clock from a response's ``Date`` header (None when absent)."""
+    import email.utils
+    value = {k.lower(): v for k, v in (headers or {}).items()}.get("date")
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,505 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The safe sequence of one node as one task: nodewright.fleet.maintain.
+
+Read the node, check it is healthy, mark it in progress; cordon, wait for the
+non-interruptible pods and drain when the work disrupts; run the packages; reboot or
+restart services when a package asks for it, wait for the new boot and run the
+post-interrupt stages; check the health gates and uncordon; mark it complete. A
+failure marks the node erroring (label, condition, Event) and leaves it cordoned for
+triage or gives it back to work.
+
+Every Kubernetes step runs here, in the controller's worker, through the same
+module_utils the single-purpose modules use (``node_cordon``, ``node_drain``,
+``node_wait_pods``, ``node_wait_ready``, ``node_health``, ``node_gate`` run
+in-process); the packages run through the ``nodewright.fleet.package`` action, so
+they reach the host over the task's connection (the local host root, SSH, or the
+k8s connection). One task per node instead of one per step is what keeps a rollout's
+per-node cost flat as fleets grow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import time
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import (
+    InProcessModule,
+    full_argument_spec,
+    result_of,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_OPTIONS, get_api_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
+
+LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
+PHASES = ("all", "take_out", "interrupt", "give_back", "fail")
+
+# option -> default; an option the task does not set falls back to the variable
+# ``safe_update_<option>`` (the safe_update role's variables), then to this default.
+DEFAULTS = {
+    "wait_timeout": 3600,
+    "drain_timeout": 600,
+    "drain_force": False,
+    "drain_delete_emptydir_data": False,
+    "drain_grace_period": None,
+    "drain_skip_namespaces": [],
+    "reboot_timeout": 900,
+    "health_conditions": [{"type": "Ready"}],
+    "health_labels": {},
+    "health_timeout": 300,
+    "validation_job": None,
+    "on_failure": "keep_cordoned",
+    "allow_controller_root": False,
+}
+# drainConfig of a resource (desired_state's "drain") -> option
+DRAIN_KEYS = {"timeout": "drain_timeout", "force": "drain_force", "delete_emptydir_data": "drain_delete_emptydir_data",
+              "grace_period": "drain_grace_period", "skip_namespaces": "drain_skip_namespaces"}
+
+
+class StepFailed(Exception):
+    def __init__(self, step, result):
+        super(StepFailed, self).__init__(result.get("msg") or "failed")
+        self.step = step
+        self.result = result
+
+
+class _Untouched(NodeWrightError):
+    """A refusal before the node was changed: reported, nothing marked."""
+
+    def __init__(self, message, result):
+        super(_Untouched, self).__init__(message)
+        self.result = result
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = True
+
+    # ------------------------------------------------------------------ settings
+
+    def _setting(self, name, task_vars, resource_entry=None):
+        args = self._task.args
+        if args.get(name) is not None:
+            return args[name]
+        var = "safe_update_" + name
+        if var in task_vars:
+            value = self._templar.template(task_vars[var])
+            if value is not None:
+                return value
+        for key, option in DRAIN_KEYS.items():
+            if option == name and resource_entry and (resource_entry.get("drain") or {}).get(key) is not None:
+                return resource_entry["drain"][key]
+        return DEFAULTS.get(name)
+
+    def _var(self, task_vars, name, default=None):
+        if name not in task_vars:
+            return default
+        value = self._templar.template(task_vars[name])
+        return default if value is None else value
+
+    def _check_mode(self):
+        return bool(self._task.check_mode if self._task.check_mode is not None else self._play_context.check_mode)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        args = self._task.args
+        phase = args.get("phase") or "all"
+        if phase not in PHASES:
+            result.update(failed=True, msg="phase must be one of %s, got %r" % (", ".join(PHASES), phase))
+            return result
+        rollout_fact = self._var(task_vars, "nodewright_rollout", {}) or {}
+        resource = args.get("resource") or rollout_fact.get("resource") or self._var(
+            task_vars, "safe_update_resource") or "default"
+        entry = run_context.resource(resource)
+        node = args.get("name") or self._var(task_vars, "safe_update_node") or task_vars.get("inventory_hostname")
+        self._seq = _Sequence(self, task_vars, node, resource, entry)
+        try:
+            outcome = self._seq.run(phase)
+        except NodeWrightError as exc:
+            outcome = {"failed": True, "msg": str(exc), "changed": self._seq.changed}
+        result.update(outcome)
+        result["steps"] = self._seq.steps
+        return result
+
+    # ------------------------------------------------------------------ helpers for the sequence
+
+    def in_process(self, module_name, params, check_mode):
+        """Run a NodeWright Kubernetes module's logic here; its result dict."""
+        module = importlib.import_module("ansible_collections.nodewright.fleet.plugins.modules." + module_name)
+        validated = ArgumentSpecValidator(full_argument_spec(module.ARGUMENT_SPEC)).validate(params)
+        if validated.error_messages:
+            return {"failed": True, "changed": False, "msg": "; ".join(validated.error_messages)}
+        shim = InProcessModule(validated.validated_parameters, check_mode)
+        return result_of(lambda: module.run(shim))
+
+    def package_action(self, task_vars, module_args):
+        task = self._task.copy()
+        task.args.clear()
+        task.args.update(module_args)
+        action = self._shared_loader_obj.action_loader.get(
+            "nodewright.fleet.package", task=task, connection=self._connection, play_context=self._play_context,
+            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        return action.run(task_vars=task_vars)
+
+    def reboot_action(self, task_vars, timeout):
+        task = self._task.copy()
+        task.args.clear()
+        task.args.update({"reboot_timeout": int(timeout)})
+        action = self._shared_loader_obj.action_loader.get(
+            "ansible.builtin.reboot", task=task, connection=self._connection, play_context=self._play_context,
+            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        return action.run(task_vars=task_vars)
+
+    def host_command(self, argv, host_root):
+        prefix = [] if host_root == "/" else ["chroot", host_root]
+        res = self._low_level_execute_command(shlex.join(prefix + list(argv)))
+        out = {"cmd": prefix + list(argv), "rc": res.get("rc"), "stdout": res.get("stdout", ""),
+               "stderr": res.get("stderr", ""), "changed": True}
+        if res.get("rc") != 0:
+            out.update(failed=True, msg="%s exited %s: %s" % (" ".join(argv), res.get("rc"),
+                                                              (res.get("stderr") or res.get("stdout") or "")[-500:]))
+        return out
+
+    def is_local(self):
+        return getattr(self._connection, "transport", None) in LOCAL_CONNECTIONS or \
+            getattr(self._connection, "_load_name", None) in LOCAL_CONNECTIONS
+
+
+class _Sequence(object):
+    """The steps of the safe sequence for one node and one resource."""
+
+    def __init__(self, action, task_vars, node, resource, entry):
+        self.action = action
+        self.task_vars = task_vars
+        self.name = node
+        self.resource = resource
+        self.entry = entry or {}
+        self.check_mode = action._check_mode()
+        args = action._task.args
+        self.auth = {k: args[k] for k in AUTH_OPTIONS if args.get(k) is not None}
+        self.steps = []
+        self.changed = False
+        self.took_out = _truthy(action._task.args.get("took_out") or False)
+        self.interrupted = False
+        self.pending_state = {}
+        self.packages_result = None
+        self.before_cordon = args.get("before_cordon")
+        plan = (self.entry.get("nodes") or {}).get(node) or {}
+        disruptive = args.get("disruptive")
+        if disruptive is None:
+            disruptive = plan.get("disruptive") if plan else action._var(task_vars, "safe_update_disruptive", True)
+        self.disruptive = _truthy(disruptive)
+        selector = args.get("non_interruptible_selector")
+        if selector is None:
+            selector = self.entry.get("non_interruptible") if self.entry else action._var(
+                task_vars, "safe_update_non_interruptible_selector", "")
+        self.selector = selector or ""
+        packages = args.get("packages")
+        if packages is None and self.entry:
+            packages = self.entry.get("packages")
+        self.packages = packages
+        self.interrupt = args.get("interrupt") or {"type": "noop"}
+        self.host_root = args.get("host_root") or action._var(task_vars, "safe_update_host_root") or \
+            action._var(task_vars, "nodewright_host_root", "/")
+        self.runtime_required = args.get("runtime_required")
+        if self.runtime_required is None:
+            self.runtime_required = bool(run_context.setting("runtime_required"))
+        self.opt = {name: action._setting(name, task_vars, self.entry) for name in DEFAULTS}
+        self.node = NodeHandle(get_api_client(self.auth), node, check_mode=self.check_mode)
+
+    # ------------------------------------------------------------------ recording
+
+    def step(self, name, fn):
+        started = time.monotonic()
+        try:
+            result = fn()
+        except _Untouched as exc:
+            result = dict(exc.result, failed=True, msg=exc.message, _untouched=True)
+        except NodeWrightError as exc:
+            result = {"failed": True, "msg": str(exc), "changed": bool((exc.details or {}).get("changed"))}
+        result = result if isinstance(result, dict) else {}
+        entry = {"name": name, "changed": bool(result.get("changed")), "failed": bool(result.get("failed")),
+                 "seconds": round(time.monotonic() - started, 3), "result": result}
+        if result.get("msg"):
+            entry["msg"] = result["msg"]
+        self.steps.append(entry)
+        self.changed = self.changed or entry["changed"]
+        if entry["failed"]:
+            raise StepFailed(name, result)
+        return result
+
+    def module(self, module_name, **params):
+        params.setdefault("name", self.name)
+        params.update(self.auth)
+        return self.action.in_process(module_name, params, self.check_mode)
+
+    # ------------------------------------------------------------------ phases
+
+    def run(self, phase):
+        self.refuse_controller_root()
+        if phase == "fail":
+            return self.fail_phase()
+        if phase in ("all", "take_out"):
+            self.start()
+        try:
+            if phase in ("all", "take_out"):
+                if self.disruptive:
+                    self.take_out()
+            if phase == "take_out":
+                self.flush_state()
+                return self.outcome(phase)
+            if phase == "all":
+                self.run_packages("main")
+            if phase in ("all", "interrupt") and (self.interrupt or {}).get("type", "noop") != "noop":
+                self.do_interrupt(run_post=phase == "all")
+            if phase == "interrupt":
+                self.flush_state()
+                return self.outcome(phase)
+            self.give_back()
+            return self.outcome(phase)
+        except StepFailed as failure:
+            return self.failed(failure.step, failure.result)
+        finally:
+            if phase in ("all", "give_back", "fail") and self.runtime_required:
+                self.gate()
+
+    def refuse_controller_root(self):
+        if self.host_root == "/" and self.action.is_local() and not _truthy(self.opt["allow_controller_root"]):
+            raise NodeWrightError(
+                "node %s would be maintained on this controller's own root filesystem (connection local, host root "
+                "/). Reach the node over SSH or the k8s connection, give its host root (nodewright_host_root), or "
+                "set safe_update_allow_controller_root when the controller really is the node" % self.name)
+
+    def start(self):
+        node = self.step("Read the node before maintenance", self.read)
+        self.before_cordon = node["cordon"]
+        if self.before_cordon != "cordoned_by_nodewright":
+            self.step("Check the node is healthy before touching it", self.pre_health)
+        state = self.node.state(self.resource)
+        if "error" in state:
+            # Never overwrite what cannot be read: the operator's edit, or a bug, needs a look.
+            self.step("Refuse a state annotation that cannot be read", lambda: self.refuse_state(state["error"]))
+        self.step("Mark the node in progress", lambda: self.mark(
+            markers.STATUS_IN_PROGRESS, {"step": "cordon", "bootIdBefore": self.node.boot_id()}, clear_error=True))
+
+    def read(self):
+        self.node.read()
+        return {"changed": False, "cordon": self.node.cordon(), "boot_id": self.node.boot_id(),
+                "status": self.node.status(self.resource)}
+
+    def pre_health(self):
+        node = self.node.node
+        failures = node_waits.evaluate_health(node, self.opt["health_conditions"], self.opt["health_labels"])
+        upgrade = ((node.get("metadata") or {}).get("labels") or {}).get(markers.GPU_OPERATOR_UPGRADE_STATE)
+        if upgrade and upgrade not in ("upgrade-done", ""):
+            failures.append({"gate": "gpu-operator", "actual": upgrade,
+                             "message": "GPU Operator driver upgrade in progress (%s)" % upgrade})
+        result = {"changed": False, "healthy": not failures, "failures": failures,
+                  "preexisting_fault": bool(failures)}
+        if failures:
+            # Nothing was changed: the node is left to its owners, not marked.
+            raise _Untouched("node %s is already unhealthy before maintenance: %s; left to its owners, nothing was "
+                             "changed" % (self.name, "; ".join(f["message"] for f in failures)), result)
+        return result
+
+    def refuse_state(self, problem):
+        message = ("%s; NodeWright will not overwrite it. Fix or remove the annotation %s (kubectl annotate node %s "
+                   "%s-), then rerun" % (problem, markers.state_annotation(self.resource), self.name,
+                                        markers.state_annotation(self.resource)))
+        self.node.condition(markers.CONDITION_ERRORING, "True", "MalformedState", message)
+        raise _Untouched("node %s skipped: %s" % (self.name, message), {"changed": not self.check_mode})
+
+    def mark(self, status, state, clear_error=False, error=None, event=None):
+        state = dict(self.pending_state, **(state or {}))
+        self.pending_state = {}
+        changed = self.node.mark(self.resource, status=status, state=state)
+        if clear_error:
+            changed = self.node.clear_error() or changed
+        if error:
+            changed = self.node.condition(markers.CONDITION_ERRORING, "True", error[0], error[1]) or changed
+        if event:
+            self.node.event(*event)
+            changed = True
+        return {"changed": changed, "status": status}
+
+    def flush_state(self):
+        if self.pending_state:
+            self.step("Record the packages' state on the node", lambda: self.mark(None, {}))
+
+    def take_out(self, why=None):
+        self.took_out = True
+        reason = why or "maintenance by NodeWright resource %s" % self.resource
+        # Before an interrupt the plan did not foresee, the steps say so.
+        cordon, wait, drain = (("Cordon the node before the interrupt", "Wait for non-interruptible pods before the "
+                                "interrupt", "Drain the node before the interrupt") if why else
+                               ("Cordon the node", "Wait for non-interruptible pods to finish", "Drain the node"))
+        self.step(cordon, lambda: self.module("node_cordon", state="cordoned", reason=reason,
+                                              resource=self.resource))
+        if self.selector:
+            self.step(wait, lambda: self.module(
+                "node_wait_pods", selectors=self.selector, timeout=self.opt["wait_timeout"], resource=self.resource))
+        self.step(drain, lambda: self.module(
+            "node_drain", cordon=False, timeout=self.opt["drain_timeout"], force=_truthy(self.opt["drain_force"]),
+            delete_emptydir_data=_truthy(self.opt["drain_delete_emptydir_data"]),
+            grace_period=self.opt["drain_grace_period"], skip_namespaces=self.opt["drain_skip_namespaces"] or [],
+            non_interruptible_selector=self.selector or None))
+        self.node.read()
+
+    def run_packages(self, phase):
+        if self.packages is None:
+            return None
+        args = {"packages": self.packages, "host_root": self.host_root, "resource": self.resource, "phase": phase,
+                "prune": bool(self.action._var(self.task_vars, "packages_prune", False)),
+                "keep_logs": int(self.action._var(self.task_vars, "packages_keep_logs", 5))}
+        name = "Run the packages" if phase == "main" else "Run the packages' post-interrupt stages"
+        try:
+            result = self.step(name, lambda: self.action.package_action(self.task_vars, args))
+        except StepFailed as failure:
+            self.remember_packages(failure.result)
+            raise
+        self.remember_packages(result)
+        if phase == "main":
+            # The packages say which interrupt they need (the task's own interrupt applies
+            # only when there are no packages to run).
+            self.interrupt = result.get("interrupt") or {"type": "noop"}
+        return result
+
+    def remember_packages(self, result):
+        self.packages_result = result
+        state = result.get("state") if isinstance(result, dict) else None
+        if isinstance(state, dict):
+            self.pending_state.update({"packages": state.get("packages") or {},
+                                       "interrupt": result.get("interrupt") or {"type": "noop"}})
+
+    def do_interrupt(self, run_post=True):
+        kind = self.interrupt.get("type", "noop")
+        self.interrupted = True
+        if not self.took_out:
+            # The plan called the work non-disruptive, a package asked for an interrupt at
+            # run time (a new kernel installed): drain first all the same.
+            self.take_out("interrupt %s requested by a package" % kind)
+        services = self.interrupt.get("services") or []
+        self.step("Record the interrupt", lambda: self.mark(
+            None, {"step": "interrupt", "interrupt": self.interrupt},
+            event=(markers.EVENT_INTERRUPT, "interrupt %s %s" % (kind, ",".join(services)))))
+        if kind == "reboot":
+            previous = self.node.read() and self.node.boot_id()
+            if self.host_root != "/" or self.action.is_local():
+                self.step("Reboot through the host root", lambda: self.command(["reboot"]))
+            else:
+                self.step("Reboot over SSH", lambda: self.skip_in_check(
+                    lambda: self.action.reboot_action(self.task_vars, self.opt["reboot_timeout"])))
+            self.step("Wait for the node to be Ready with a new boot ID", lambda: self.module(
+                "node_wait_ready", previous_boot_id=previous, timeout=self.opt["reboot_timeout"]))
+        elif kind == "service" and services:
+            self.step("Restart the services the packages asked for",
+                      lambda: self.command(["systemctl", "restart"] + list(services)))
+        elif kind == "restartAllServices":
+            self.step("Reload kernel settings and restart services (restartAllServices)",
+                      lambda: self.command(["sysctl", "--system"]))
+        if run_post:
+            self.run_packages("post-interrupt")
+
+    def command(self, argv):
+        return self.skip_in_check(lambda: self.action.host_command(argv, self.host_root))
+
+    def skip_in_check(self, fn):
+        if self.check_mode:
+            return {"changed": True, "skipped": True, "msg": "skipped in check mode"}
+        return fn()
+
+    def give_back(self):
+        if self.took_out or self.interrupted:
+            self.step("Check the health gates before the node returns to work", lambda: self.module(
+                "node_health", phase="post", conditions=self.opt["health_conditions"],
+                labels=self.opt["health_labels"], validation_job=self.opt["validation_job"] or None,
+                timeout=self.opt["health_timeout"]))
+            if self.before_cordon != "cordoned_by_other":
+                self.step("Uncordon the node (only NodeWright's own cordon)",
+                          lambda: self.module("node_cordon", state="uncordoned"))
+            self.node.read()
+        self.step("Mark the node complete", lambda: self.mark(
+            markers.STATUS_COMPLETE, {"step": "done", "reason": ""}, clear_error=True))
+
+    def gate(self):
+        params = {"taint_key": self.action._var(self.task_vars, "nodewright_taint_key",
+                                                markers.TAINT_RUNTIME_REQUIRED)}
+        resources = self.action._task.args.get("gate_resources")
+        if resources is not None:
+            params["resources"] = resources
+        try:
+            self.step("Open the runtime-required gate, or record why it stays closed",
+                      lambda: self.module("node_gate", **params))
+        except StepFailed:
+            pass  # recorded in steps; the node's own outcome stands
+
+    # ------------------------------------------------------------------ failure
+
+    def failed(self, step, result):
+        msg = result.get("msg") or "unknown failure"
+        if isinstance(result, dict) and result.get("_untouched"):
+            return {"failed": True, "changed": self.changed, "msg": msg, "failed_step": step}
+        text = "%s: %s" % (step, msg)
+        try:
+            self.step("Mark the node erroring with the reason", lambda: self.mark(
+                markers.STATUS_ERRORING, {"step": step, "reason": msg[:900]},
+                error=("MaintenanceFailed", text[:900]), event=(markers.EVENT_FAILED, text[:900], "Warning")))
+        except StepFailed:
+            pass
+        cordoned = self.node.node is not None and bool((self.node.node.get("spec") or {}).get("unschedulable"))
+        given_back = False
+        if self.opt["on_failure"] == "uncordon" and self.before_cordon != "cordoned_by_other" and cordoned:
+            try:
+                self.step("Give the node back to work despite the failure",
+                          lambda: self.module("node_cordon", state="uncordoned"))
+                given_back = True
+            except StepFailed:
+                pass
+        if given_back:
+            where = "The node is uncordoned"
+        elif cordoned and self.before_cordon == "cordoned_by_other":
+            where = "The node stays cordoned (someone else cordoned it)"
+        elif cordoned:
+            where = "The node is left cordoned for triage"
+        else:
+            where = "The node was not cordoned"
+        return {"failed": True, "changed": self.changed, "failed_step": step,
+                "msg": "maintenance of node %s failed at '%s': %s. %s and marked erroring (label "
+                       "nodewright.io/status-%s, condition nodewright.io/Erroring)."
+                       % (self.name, step, msg, where, self.resource)}
+
+    def fail_phase(self):
+        """The safe_update role's rescue: mark a failure that happened in the user's tasks."""
+        args = self.action._task.args
+        self.node.read()
+        self.before_cordon = args.get("before_cordon") or self.before_cordon
+        return self.failed(args.get("failed_step") or "unknown", {"msg": args.get("failure") or "unknown failure"})
+
+    def outcome(self, phase):
+        out = {"changed": self.changed, "node": self.name, "resource": self.resource, "phase": phase,
+               "cordon_before": self.before_cordon, "took_out": self.took_out, "interrupted": self.interrupted,
+               "interrupt": self.interrupt, "status": self.node.status(self.resource) if self.node.node else None,
+               "boot_id": self.node.boot_id() if self.node.node else None}
+        if self.packages_result is not None:
+            for key in ("packages", "plan", "state"):
+                if key in self.packages_result:
+                    out[key] = self.packages_result[key]
+        return out

@@ -1,0 +1,506 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The one rollout driver: a wave loop over one or more NodeWright resources.
+
+The strategy plugin ``nodewright.fleet.rollout``, ``nodewright rollout`` (the CLI,
+wave by wave through ansible-runner), the reconciler (which runs ``rollout.yml``)
+and ``plan.yml`` (a dry run) all drive rollouts through ``RolloutDriver``; they
+differ only in the hooks that run a wave, wait, and keep state:
+
+* **each resource under its own policy**: every resource in the run has its own
+  ``RolloutState`` (batch state resumed from its status) and its own
+  DeploymentPolicy;
+* **priority order per node** (Skyhook's rule): a node targeted by several resources
+  of the run gets them one after the other, lower ``priority`` value first; a
+  resource waits on a node while a higher-priority one still has work there;
+* **one wave, all resources**: the nodes each resource's engine admits run together,
+  in parallel, whatever resource they belong to;
+* **one admission truth**: before each wave the cluster is read once
+  (``admission.FleetView``): nodes reserved by other runs, cordoned, or in progress
+  under any resource count against budget ceilings, topology and fleet limits; the
+  wave is reserved atomically (``admission.ReservationRecord``) before any node of
+  it is touched, and released when it ends.
+
+``simulate()`` runs the same loop with every node succeeding and nothing written,
+which is how ``plan.yml`` prints exactly the waves a rollout then makes.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Dict
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
+    AdmissionError,
+    FleetView,
+    Renewer,
+    list_node_infos,
+    node_info,
+    policy_digest,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
+    COMPLETE,
+    HALTED,
+    INCOMPLETE,
+    WAITING,
+    WAVE,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
+    RolloutState,
+    next_wave,
+    record_wave_result,
+)
+
+# Overall outcomes of a run, worst first.
+_SEVERITY = (HALTED, INCOMPLETE, WAITING, COMPLETE)
+INTERRUPTED = "interrupted"
+STOPPED = "stopped"
+
+
+def _names(items, limit=5):
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
+
+
+def _utcnow():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class ResourceRollout(object):
+    """One NodeWright resource in a run: its policy, its targets, the nodes with work."""
+
+    def __init__(self, name, policy, targets, work, priority=200, eligible=None, state=None, source=None,
+                 data=None):
+        self.name = name
+        self.policy = policy
+        self.targets = list(targets)          # node names, batch order
+        self.work = set(work)                 # targets with something to do
+        self.priority = priority
+        self.eligible = set(eligible) if eligible is not None else None  # hosts this run can reach
+        self.state = state if state is not None else RolloutState(policy)
+        self.source = source or "DeploymentPolicy"
+        self.digest = policy_digest(policy.to_dict())
+        self.data = data or {}                # the desired_state entry, for hooks
+        self.decision = None
+        self.waves = []                       # this resource's waves in this run
+
+    @property
+    def done(self):
+        return [t for t in self.targets if t not in self.work]
+
+    def open_work(self):
+        """Nodes with work this run has not finished (neither succeeded nor failed)."""
+        return self.work - self.state.succeeded - self.state.failed
+
+    def sort_key(self):
+        return (self.priority, self.name)
+
+
+@dataclass
+class WaveRun(object):
+    """One wave of the run: node -> resource, and each resource's engine wave."""
+
+    number: int
+    assignment: Dict[str, str]
+    waves: Dict[str, object]
+    reasons: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nodes(self):
+        return list(self.assignment)
+
+    def of(self, resource):
+        return [n for n, r in self.assignment.items() if r == resource]
+
+
+class Hooks(object):
+    """What a driver needs from whoever runs it; override what applies."""
+
+    def run_wave(self, wave):
+        """Run ``wave`` (a WaveRun); return node -> ``ok`` | ``failed`` | ``blocked``."""
+        raise NotImplementedError
+
+    def decided(self, resources):
+        """After each admission: every resource's ``decision``."""
+
+    def wave_started(self, wave):
+        pass
+
+    def wave_done(self, wave, outcomes, results):  # results: resource -> record_wave_result()
+        pass
+
+    def view_read(self, view, raw_nodes):
+        """Every admission reads the cluster; the status of each resource is written from it."""
+
+    def wait(self, seconds, reason):
+        """Sleep up to ``seconds``; return False to stop the run instead."""
+        time.sleep(seconds)
+        return True
+
+    def stopped(self):
+        """``(status, reason)`` when the run must end now (interrupted, stopped by the play), else None."""
+        return None
+
+    def say(self, text, level="info"):
+        pass
+
+
+class ClusterFleet(object):
+    """Admission against a live cluster: reads nodes and the reservation record, writes
+    reservations (``record`` is an ``admission.ReservationRecord``; None reads only)."""
+
+    def __init__(self, api, record=None, threaded=True):
+        self.api = api
+        self.record = record
+        self.threaded = threaded
+        self.active = None  # the Renewer of the wave that runs now
+        self.lists = 0
+
+    def read(self):
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
+        obj, holders, now = (None, {}, _utcnow())
+        expired = []
+        if self.record is not None:
+            obj, holders, now = self.record.read()
+            holders, expired = self.record.live(holders, now)
+        raw = []
+        for page in list_pages(self.api, "/api/v1/nodes", "list nodes for admission"):
+            raw.extend(page)
+        self.lists += 1
+        view = FleetView([node_info(o) for o in raw], holders, now, expired)
+        return view, raw, obj
+
+    def reserve(self, obj, view, assignment, digests):
+        """Add ``assignment`` to this holder's entry; False when another run wrote first."""
+        if self.record is None:
+            return True
+        holders = dict(view.holders)
+        mine = self.record.entry(holders, view.now)
+        mine.nodes.update(assignment)
+        mine.policies.update(digests)
+        holders[self.record.holder_id] = mine
+        return self.record.write(obj, holders, view.now)
+
+    def release(self, names):
+        if self.record is not None and names:
+            self.record.release(names)
+
+    def renewing(self, warn=None):
+        if self.record is None:
+            return _NoRenew()
+        self.active = Renewer(self.record, warn=warn, threaded=self.threaded)
+        return self.active
+
+
+class StaticFleet(object):
+    """A fleet without a cluster to ask (a play over plain hosts): nothing is ever
+    disrupted by anyone else, and nothing is reserved."""
+
+    def __init__(self, view):
+        self.view = view
+        self.active = None
+
+    def read(self):
+        return self.view, None, None
+
+    def reserve(self, obj, view, assignment, digests):
+        return True
+
+    def release(self, names):
+        pass
+
+    def renewing(self, warn=None):
+        return _NoRenew()
+
+
+class _NoRenew(object):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class SimulatedFleet(object):
+    """A dry run's cluster: a fixed view in which every admitted node then completes."""
+
+    def __init__(self, view):
+        self.view = view
+
+    def read(self):
+        return self.view, None, None
+
+    def reserve(self, obj, view, assignment, digests):
+        # Every admitted node completes: from the next wave on it is no longer disrupted.
+        for name, resource in assignment.items():
+            node = self.view.nodes.get(name)
+            if node is not None:
+                node.statuses[resource] = "complete"
+                node.unschedulable = False
+        return True
+
+    def release(self, names):
+        pass
+
+    def renewing(self, warn=None):
+        return _NoRenew()
+
+
+class RolloutDriver(object):
+    """Runs waves until every resource is complete, halted or has to wait."""
+
+    def __init__(self, resources, fleet, hooks=None, holder_id="", wait_for_window=True,
+                 capacity_timeout=0.0, poll=10.0, now=None):
+        self.resources = sorted(resources, key=lambda r: r.sort_key())
+        self.fleet = fleet
+        self.hooks = hooks or Hooks()
+        self.holder_id = holder_id
+        self.wait_for_window = wait_for_window
+        self.capacity_timeout = capacity_timeout
+        self.poll = poll
+        self._now = now
+        self.waves = []
+        self.status = None
+        self.reason = None
+        self.admissions = 0
+        self.last_view = None
+        self.last_raw = None
+        self._check_same_resource()
+
+    def _check_same_resource(self):
+        names = [r.name for r in self.resources]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise NodeWrightError("resource(s) %s are listed twice in one rollout" % ", ".join(twice))
+
+    def now(self):
+        return self._now() if callable(self._now) else (self._now or _utcnow())
+
+    # ------------------------------------------------------------------ choosing
+
+    def _choose(self, view):
+        """Each resource's decision over ``view``; the combined wave or None."""
+        assignment, waves, reasons = {}, {}, {}
+        blocked_by_priority = {}
+        for res in self.resources:
+            if res.decision is not None and res.decision.status == HALTED:
+                continue
+            # Priority order per node: a node waits while a resource before this one in
+            # the run still has work on it (or failed there).
+            earlier = [r for r in self.resources if r.sort_key() < res.sort_key()]
+            held = {}
+            for other in earlier:
+                for name in (other.work - other.state.succeeded) & res.work:
+                    held.setdefault(name, other.name)
+            pickable = (res.open_work() - set(held) - set(assignment))
+            if res.eligible is not None:
+                pickable &= res.eligible
+            busy, resumable = view.split(self.holder_id, res.name, pickable)
+            for name in assignment:
+                node = view.nodes.get(name)
+                busy[name] = node.labels if node is not None else {}
+            targets = [view.nodes[t].view() for t in res.targets if t in view.nodes]
+            present = {t["name"] for t in targets}
+            decision = next_wave(res.state, targets,
+                                 in_progress_elsewhere=[{"name": n, "labels": lbl} for n, lbl in sorted(busy.items())],
+                                 now=self.now(), done=[t for t in res.done if t in present],
+                                 fleet_size=view.size, ignore_windows=False,
+                                 resumable=resumable, eligible=pickable | set(resumable))
+            if held and decision.status == COMPLETE:
+                waiting = sorted(n for n in held if n in present)
+                if waiting:
+                    owners = sorted(set(held[n] for n in waiting))
+                    decision.status = INCOMPLETE
+                    decision.reason = ("%d node(s) wait for %s, which comes first on them (priority order) and "
+                                       "has not finished there: %s" % (len(waiting), ", ".join(owners),
+                                                                       _names(waiting)))
+            blocked_by_priority[res.name] = held
+            res.decision = decision
+            if decision.status == WAVE:
+                waves[res.name] = decision.wave
+                reasons[res.name] = decision.reason
+                for name in decision.wave.nodes:
+                    assignment[name] = res.name
+        if not assignment:
+            return None
+        return WaveRun(number=len(self.waves) + 1, assignment=assignment, waves=waves, reasons=reasons)
+
+    def _admit(self):
+        """Read the cluster, choose, reserve; retried when another run reserved first."""
+        for attempt in range(12):
+            view, raw, obj = self.fleet.read()
+            self.admissions += 1
+            self.last_view, self.last_raw = view, raw
+            self._check_policies(view)
+            self.hooks.view_read(view, raw)
+            saved = {r.name: (copy.deepcopy(r.state.batches), r.state.wave_number, r.decision)
+                     for r in self.resources}
+            wave = self._choose(view)
+            if wave is None:
+                return None, view
+            digests = {r.name: r.digest for r in self.resources if r.name in wave.waves}
+            if self.fleet.reserve(obj, view, wave.assignment, digests):
+                return wave, view
+            for res in self.resources:  # another run wrote in between: decide again
+                res.state.batches, res.state.wave_number, res.decision = saved[res.name]
+                res.state.pending = None
+            time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))
+        raise AdmissionError("could not reserve a wave: 12 attempts in a row lost to other runs",
+                             hint="many runs are admitting at the same moment; rerun")
+
+    def _check_policies(self, view):
+        for res in self.resources:
+            for hid, digest in view.holder_of_resource(res.name, self.holder_id):
+                if digest != res.digest:
+                    raise AdmissionError(
+                        "NodeWright %s is being rolled out right now by another run (%s) under a different "
+                        "DeploymentPolicy" % (res.name, view.holders[hid].run or hid),
+                        hint="roll a resource out under one policy at a time: wait for that run to end (its "
+                             "reservations expire %d s after it stops renewing them), or use the same policy"
+                             % view.holders[hid].ttl)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self):
+        waited_since = None
+        while True:
+            stop = self.hooks.stopped()
+            if stop:
+                return self._finish(*stop)
+            wave, view = self._admit()
+            self.hooks.decided(self.resources)
+            if wave is not None:
+                waited_since = None
+                self._run_wave(wave)
+                continue
+            status, reason = self.overall()
+            if status != WAITING:
+                return self._finish(status, reason)
+            window = self._next_window()
+            if window is not None:
+                if not self.wait_for_window:
+                    return self._finish(WAITING, reason)
+                seconds = max(1.0, (window - self.now()).total_seconds())
+                self.hooks.say("%s; waiting" % reason, "warn")
+                if not self.hooks.wait(min(seconds, 30.0), reason):
+                    return self._finish(INTERRUPTED, "the run was interrupted while waiting: %s" % reason)
+                continue
+            # Capacity held by other live runs frees up when they end their waves: poll. What
+            # only the nodes' marks hold (a failed node left cordoned) waits for a person.
+            others = [h for h in view.holders if h != self.holder_id]
+            waited_since = waited_since or time.monotonic()
+            if not others or time.monotonic() - waited_since >= self.capacity_timeout:
+                return self._finish(WAITING, reason)
+            self.hooks.say("%s; waiting for capacity" % reason, "warn")
+            if not self.hooks.wait(self.poll, reason):
+                return self._finish(INTERRUPTED, "the run was interrupted while waiting: %s" % reason)
+
+    def _run_wave(self, wave):
+        self.waves.append(wave)
+        for res in self.resources:
+            if res.name in wave.waves:
+                res.waves.append(wave.waves[res.name])
+        self.hooks.wave_started(wave)
+        try:
+            with self.fleet.renewing(warn=lambda text: self.hooks.say(text, "warn")):
+                outcomes = self.hooks.run_wave(wave)
+        except BaseException:
+            # The wave's nodes keep their reservation until it expires: a node the run
+            # was working on when it stopped must not be taken by another run at once.
+            for res in self.resources:
+                if res.name in wave.waves and res.state.pending is not None:
+                    record_wave_result(res.state, failed=wave.of(res.name))
+            raise
+        results = {}
+        for res in self.resources:
+            if res.name not in wave.waves:
+                continue
+            mine = wave.of(res.name)
+            results[res.name] = record_wave_result(
+                res.state,
+                succeeded=[n for n in mine if outcomes.get(n) == "ok"],
+                failed=[n for n in mine if outcomes.get(n) in ("failed", None)],
+                blocked=[n for n in mine if outcomes.get(n) == "blocked"])
+        self.hooks.wave_done(wave, outcomes, results)
+        self.fleet.release(wave.nodes)
+
+    def _next_window(self):
+        windows = [r.decision.next_window for r in self.resources
+                   if r.decision is not None and r.decision.status == WAITING and r.decision.next_window]
+        return min(windows) if windows else None
+
+    def overall(self):
+        """``(status, reason)`` of the run from each resource's last decision."""
+        found = {}
+        for res in self.resources:
+            if res.decision is None:
+                continue
+            found.setdefault(res.decision.status, []).append(res)
+        for status in _SEVERITY:
+            if status in found:
+                if len(self.resources) == 1:
+                    return status, found[status][0].decision.reason
+                return status, "; ".join("%s: %s" % (r.name, r.decision.reason)
+                                         for r in self.resources if r.decision is not None)
+        return COMPLETE, "nothing to do"
+
+    def _finish(self, status, reason):
+        self.status, self.reason = status, reason
+        return status, reason
+
+    # ------------------------------------------------------------------ dry run
+
+    def simulate(self, max_waves=10000):
+        """Waves this run would make if every node succeeded; nothing is written."""
+        while len(self.waves) < max_waves:
+            wave, view = self._admit()
+            if wave is None:
+                status, reason = self.overall()
+                return self._finish(status, reason)
+            self.waves.append(wave)
+            for res in self.resources:
+                if res.name in wave.waves:
+                    res.waves.append(wave.waves[res.name])
+                    record_wave_result(res.state, succeeded=wave.of(res.name))
+        return self._finish(INCOMPLETE, "stopped after %d simulated waves" % max_waves)
+
+
+def simulated_view(nodes, holders=None, now=None):
+    """A FleetView over Node objects as the API returns them (for ``simulate()``)."""
+    return FleetView([node_info(n) for n in nodes], holders or {}, now)
+
+
+def read_view(api, record=None):
+    """FleetView of the cluster now (reservations included when ``record`` is given)."""
+    holders, now, expired = {}, None, []
+    if record is not None:
+        _obj, holders, now = record.read()
+        holders, expired = record.live(holders, now)
+    return FleetView(list_node_infos(api), holders, now, expired)
+
+
+def plan_run(resources, view, holder_id=""):
+    """``(driver, status, reason)`` of a dry run over ``view``."""
+    driver = RolloutDriver(resources, SimulatedFleet(view), holder_id=holder_id, wait_for_window=False)
+    for res in driver.resources:
+        res.state.pending = None
+    status, reason = driver.simulate()
+    return driver, status, reason
+
+
+def waves_of(driver):
+    """The run's waves as plain data: ``[{number, nodes: {node: resource}, resources: {name: Wave dict}}]``."""
+    return [{"number": w.number, "nodes": dict(w.assignment),
+             "resources": {name: wv.to_dict() for name, wv in w.waves.items()}} for w in driver.waves]
+
+
+__all__ = ["RolloutDriver", "ResourceRollout", "WaveRun", "Hooks", "ClusterFleet", "SimulatedFleet",
+           "StaticFleet", "plan_run", "read_view", "simulated_view", "waves_of", "INTERRUPTED", "STOPPED",
+           "COMPLETE", "HALTED", "INCOMPLETE", "WAITING", "WAVE"]

@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""What a rollout computed once on the controller, for every node's task to read.
+
+The rollout strategy publishes here, in the controller process, each resource's
+description from ``desired_state`` (its package specs, policy, node plans) before a
+wave starts. Ansible forks a worker per node and task from the controller, so the
+``nodewright.fleet.maintain`` action finds the description in memory instead of
+receiving a fleet-sized structure as templated task arguments for every node.
+Outside the strategy (the action used on its own, or in a process that did not
+publish), ``resource()`` returns None and the action uses its arguments.
+"""
+
+from __future__ import annotations
+
+_RESOURCES = {}
+_SETTINGS = {}
+
+
+def publish(rollouts, settings=None):
+    """Make ``rollouts`` (``desired_state`` entries) the current run's resources."""
+    _RESOURCES.clear()
+    for entry in rollouts or ():
+        if isinstance(entry, dict) and entry.get("name"):
+            _RESOURCES[entry["name"]] = entry
+    _SETTINGS.clear()
+    _SETTINGS.update(settings or {})
+
+
+def resource(name):
+    """The published description of resource ``name``, or None."""
+    return _RESOURCES.get(name)
+
+
+def setting(name, default=None):
+    return _SETTINGS.get(name, default)
+
+
+def names():
+    return sorted(_RESOURCES)
+
+
+def clear():
+    _RESOURCES.clear()
+    _SETTINGS.clear()

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The safe sequence's markers, written with as few API calls as the sequence needs.
+
+``NodeHandle`` keeps the Node as the API server last returned it: every metadata
+patch returns the updated object, so a node that needs no cordon (a non-disruptive
+package) is maintained with one read and two writes - in progress, then complete
+with its package state - and the markers are exactly those ``node_state`` writes
+(``node_ops.state_patch`` and ``node_ops.condition_patch`` build both).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, request_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+
+
+def _quote(name):
+    from urllib.parse import quote
+    return quote(name, safe="")
+
+
+class NodeHandle(object):
+    """One Node, read once and kept current by the responses of its patches."""
+
+    def __init__(self, api, name, check_mode=False):
+        self.api = api
+        self.name = name
+        self.check_mode = check_mode
+        self.node = None
+        self.calls = 0
+
+    @property
+    def _path(self):
+        return "/api/v1/nodes/%s" % _quote(self.name)
+
+    def read(self):
+        from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
+        self.calls += 1
+        try:
+            self.node = get_json(self.api, self._path, "read node %s" % self.name)
+        except ClusterError as exc:
+            if exc.details.get("status") == 404:
+                raise node_ops.NodeNotFound("node %s does not exist" % self.name,
+                                            hint="check the name with `kubectl get nodes`; the inventory may be "
+                                                 "stale")
+            raise
+        return self.node
+
+    def _patch(self, path, body, content_type, what):
+        if body is None:
+            return False
+        if self.check_mode:
+            return True
+        self.calls += 1
+        node, _headers = request_json(self.api, "PATCH", path, what, body=body, content_type=content_type)
+        if node:
+            self.node = node
+        return True
+
+    def mark(self, resource, status=None, state=None):
+        """Record ``status``/``state`` for ``resource`` (labels and state annotation)."""
+        patch = node_ops.state_patch(self.node, resource, status=status, state=state)
+        return self._patch(self._path, patch, "application/merge-patch+json",
+                           "record NodeWright %s state on node %s" % (resource, self.name))
+
+    def condition(self, cond_type, status, reason, message):
+        patch = node_ops.condition_patch(self.node, cond_type, status, reason, message)
+        return self._patch(self._path + "/status", patch, "application/strategic-merge-patch+json",
+                           "set condition %s on node %s" % (cond_type, self.name))
+
+    def clear_error(self):
+        """Set the Erroring condition False, when it is True now."""
+        if not any(c.get("type") == markers.CONDITION_ERRORING and c.get("status") == "True"
+                   for c in (self.node.get("status") or {}).get("conditions") or []):
+            return False
+        return self.condition(markers.CONDITION_ERRORING, "False", "Healthy", "no NodeWright error")
+
+    def event(self, reason, message, event_type="Normal"):
+        if self.check_mode:
+            return False
+        self.calls += 1
+        return node_ops.emit_event(node_ops.core_api(self.api), self.name, reason, message, event_type)
+
+    # what the sequence reads -------------------------------------------------------
+
+    def cordon(self):
+        return node_ops.cordon_state(self.node)
+
+    def boot_id(self):
+        return node_ops.boot_id(self.node)
+
+    def state(self, resource):
+        return node_ops.read_state(self.node, resource)
+
+    def status(self, resource):
+        return ((self.node.get("metadata") or {}).get("labels") or {}).get(markers.status_label(resource))

@@ -1,0 +1,202 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: maintain
+short_description: The safe sequence of one node as one task
+version_added: "0.3.0"
+author:
+  - NodeWright maintainers (@nodewright)
+description:
+  - Reads the node, checks it is healthy, marks it in progress; cordons it, waits for its non-interruptible pods
+    and drains it when the work disrupts workloads; runs the packages; reboots or restarts services when a
+    package asks for it, waits for the new boot and runs the post-interrupt stages; checks the health gates and
+    uncordons it; marks it complete.
+  - A failure marks the node erroring (status label, C(nodewright.io/Erroring) condition, Warning Event) and
+    leaves it cordoned for triage (or uncordons it with O(on_failure=uncordon)); the message says which step
+    failed and whether the node is cordoned.
+  - The Kubernetes steps run on the controller through the same code as M(nodewright.fleet.node_cordon),
+    M(nodewright.fleet.node_drain), M(nodewright.fleet.node_wait_pods), M(nodewright.fleet.node_wait_ready),
+    M(nodewright.fleet.node_health) and M(nodewright.fleet.node_gate); the packages run on the host through
+    M(nodewright.fleet.package) over the task's connection.
+  - Under the C(nodewright.fleet.rollout) strategy in C(playbooks/rollout.yml) the task needs no options: the
+    resource, its packages and the node's plan come from the rollout. Used on its own, give O(resource) and
+    O(packages).
+  - The C(safe_update) role runs it in phases (O(phase)) around your own tasks.
+  - Every option not set in the task falls back to the C(safe_update_) variable of the same name (for example
+    C(safe_update_drain_timeout)), then to the resource's C(drainConfig), then to the default shown.
+options:
+  name:
+    description: The node. Default the host's C(inventory_hostname).
+    type: str
+  resource:
+    description: The NodeWright resource the markers belong to. Default the rollout's resource for this node.
+    type: str
+  phase:
+    description:
+      - C(all) the whole sequence with O(packages) as the work; C(take_out) up to the drain; C(interrupt) the
+        interrupt in O(interrupt); C(give_back) the health gates, uncordon and completion; C(fail) marks a
+        failure of your own tasks (O(failed_step), O(failure)).
+    type: str
+    choices: [all, take_out, interrupt, give_back, fail]
+    default: all
+  packages:
+    description: Package specs (as for M(nodewright.fleet.package)). Default the rollout's resource's packages.
+    type: list
+    elements: dict
+  disruptive:
+    description: Whether the work disrupts workloads (cordon, wait, drain first). Default the node's plan.
+    type: bool
+  non_interruptible_selector:
+    description: Pods that are never evicted; the sequence waits for them. Default the resource's.
+    type: raw
+  interrupt:
+    description: For O(phase=interrupt), the interrupt to perform (C(type), C(services)).
+    type: dict
+  host_root:
+    description: The node's host root; C(/) over SSH. Default C(nodewright_host_root), else C(/).
+    type: str
+  runtime_required:
+    description: Open the runtime-required gate after the sequence. Default whether the rollout has a
+      runtimeRequired resource.
+    type: bool
+  before_cordon:
+    description: For O(phase=give_back) and O(phase=fail), the node's cordon before O(phase=take_out) (its
+      C(cordon_before) result).
+    type: str
+  took_out:
+    description: For O(phase=give_back), whether the node was taken out of work.
+    type: bool
+  failed_step:
+    description: For O(phase=fail), the step that failed.
+    type: str
+  failure:
+    description: For O(phase=fail), why it failed.
+    type: str
+  gate_resources:
+    description: Resources to judge the runtime-required gate by (inline resources); default the cluster's.
+    type: list
+    elements: dict
+  wait_timeout:
+    description: Seconds to wait for non-interruptible pods.
+    type: int
+    default: 3600
+  drain_timeout:
+    description: Seconds the drain may take.
+    type: int
+    default: 600
+  drain_force:
+    description: Delete pods without a controller.
+    type: bool
+    default: false
+  drain_delete_emptydir_data:
+    description: Evict pods with emptyDir data.
+    type: bool
+    default: false
+  drain_grace_period:
+    description: Grace period for evicted pods (seconds); default each pod's own.
+    type: int
+  drain_skip_namespaces:
+    description: Namespaces whose pods are never evicted.
+    type: list
+    elements: str
+    default: []
+  reboot_timeout:
+    description: Seconds a reboot may take until the node is Ready again.
+    type: int
+    default: 900
+  health_conditions:
+    description: Node conditions of a healthy node (as for M(nodewright.fleet.node_health)).
+    type: list
+    elements: dict
+    default: [{type: Ready}]
+  health_labels:
+    description: Labels a healthy node shows.
+    type: dict
+    default: {}
+  health_timeout:
+    description: Seconds the health gates may take after the work.
+    type: int
+    default: 300
+  validation_job:
+    description: A validation Job run on the node before it returns to work.
+    type: dict
+  on_failure:
+    description: What happens to a failed node.
+    type: str
+    choices: [keep_cordoned, uncordon]
+    default: keep_cordoned
+  allow_controller_root:
+    description: Allow a local connection with host root C(/) (the controller is itself the node).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - nodewright.fleet.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Reports what each step would do; writes nothing to the cluster or the host.
+  diff_mode:
+    support: none
+    description: No diff output.
+notes:
+  - An action plugin: it runs on the controller and reaches the host over the task's connection.
+"""
+
+EXAMPLES = r"""
+- name: Maintain each node of a rollout (playbooks/rollout.yml)
+  nodewright.fleet.maintain:
+
+- name: Apply one package to a node under the safe sequence
+  nodewright.fleet.maintain:
+    resource: kernel-tuning
+    packages:
+      - name: sysctl
+        version: 1.0.0
+        config: {vm.swappiness: "10"}
+    drain_timeout: 1200
+"""
+
+RETURN = r"""
+steps:
+  description: Each step that ran, with C(name), C(changed), C(failed), C(seconds), C(msg) and its C(result).
+  returned: always
+  type: list
+  elements: dict
+status:
+  description: The resource's status on the node after the task.
+  returned: success
+  type: str
+cordon_before:
+  description: The node's cordon before the task (uncordoned, cordoned_by_nodewright, cordoned_by_other).
+  returned: success
+  type: str
+took_out:
+  description: Whether the node was cordoned and drained.
+  returned: success
+  type: bool
+interrupt:
+  description: The interrupt the packages asked for (and that was performed).
+  returned: success
+  type: dict
+failed_step:
+  description: The step that failed.
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module.fail_json(msg="nodewright.fleet.maintain runs on the controller (an action plugin); it cannot run as a "
+                         "module on the host")
+
+
+if __name__ == "__main__":
+    main()
