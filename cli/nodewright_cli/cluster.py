@@ -7,6 +7,8 @@ of the reconciler."""
 
 from __future__ import annotations
 
+import os
+
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
@@ -39,6 +41,10 @@ RECONCILER_PERMISSIONS = (
     ("watch", GROUP, "deploymentpolicies", "", "see edited policies"),
     ("list", "", "pods", "", "drain and wait for non-interruptible pods (the rollout)"),
     ("create", "", "pods", "eviction", "evict pods through the Eviction API (the rollout)"),
+    ("get", "coordination.k8s.io", "leases", "", "read the wave reservations of every run (admission)",
+     "lock"),
+    ("update", "coordination.k8s.io", "leases", "", "reserve waves, so that limits hold across runs (admission)",
+     "lock"),
 )
 
 
@@ -105,10 +111,19 @@ class Cluster(object):
         may ask. When even that is refused, the answer is unknown: an empty list, and
         the first real call says what is missing."""
         missing = []
-        for verb, group, resource, subresource, why in wanted:
+        for entry in wanted:
+            verb, group, resource, subresource, why = entry[:5]
+            attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource}
+            if len(entry) > 5 and entry[5] == "lock":
+                from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
+                    DEFAULT_LOCK_NAMESPACE,
+                    LOCK_NAME,
+                    LOCK_NAMESPACE_ENV,
+                )
+                attributes.update(namespace=os.environ.get(LOCK_NAMESPACE_ENV) or DEFAULT_LOCK_NAMESPACE,
+                                  name=LOCK_NAME)
             body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                    "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
-                                                    "subresource": subresource}}}
+                    "spec": {"resourceAttributes": attributes}}
             try:
                 review = call("review access", self.authz.create_self_subject_access_review, body)
             except ClusterError as exc:

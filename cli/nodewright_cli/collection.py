@@ -44,7 +44,8 @@ def ensure_importable():
                              "it (ansible-galaxy collection install) or set ANSIBLE_COLLECTIONS_PATH"
                              % ", ".join(candidate_roots()))
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
-    fleet = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(markers.__file__))))
+    here = os.path.abspath(markers.__file__)
+    fleet = here[:here.rindex(os.sep + "plugins" + os.sep)]
     return os.path.dirname(os.path.dirname(os.path.dirname(fleet)))
 
 

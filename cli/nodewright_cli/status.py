@@ -18,7 +18,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desi
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import is_ignored
 
 
 def _name(obj):

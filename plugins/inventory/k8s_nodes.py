@@ -191,6 +191,8 @@ from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.vars import combine_vars
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import not_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import facts as nf
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
@@ -201,19 +203,17 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
     require_kubernetes,
     resolve_auth,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION, LABEL_IGNORE
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     NODEWRIGHT_NAME_MAX,
     NODEWRIGHT_NAME_PATTERN,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import (
-    Requirement,
-    Selector,
     from_label_selector,
     to_selector,
 )
 
-NODEWRIGHT_PLURAL = "nodewrights"
+NODEWRIGHT_PLURAL = nodewright_api.NODEWRIGHTS
 CONNECTIONS = {"ssh": "ssh", "k8s": "nodewright.fleet.node", "local": "local"}
 _TEMPLATED_OPTIONS = ("host", "api_key", "context", "proxy")
 # Bump when the cached node facts change shape, so an old cache is not used.
@@ -369,7 +369,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             spec = resource.get("spec") or {}
             where = "NodeWright %s spec" % settings["nodewright"]
             selector = selector.and_(from_label_selector(spec.get("nodeSelectors"), where + ".nodeSelectors"))
-            selector = selector.and_(Selector([Requirement(LABEL_IGNORE, "notin", ["true"])]))
+            selector = selector.and_(not_ignored())
             if non_interruptible is None and spec.get("podNonInterruptLabels"):
                 non_interruptible = from_label_selector(spec["podNonInterruptLabels"],
                                                         where + ".podNonInterruptLabels")
@@ -396,9 +396,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     @staticmethod
     def _read_nodewright(api, name, target, timeout):
         what = "reading NodeWright %s at %s" % (name, target)
-        group_path = "/apis/%s/%s" % (API_GROUP, API_VERSION)
+        group_path = nodewright_api.GROUP_PATH
         try:
-            return get_json(api, "%s/%s/%s" % (group_path, NODEWRIGHT_PLURAL, name), what, timeout=timeout)
+            return nodewright_api.get(api, NODEWRIGHT_PLURAL, name, what, timeout=timeout)
         except ClusterError as exc:
             if exc.details.get("status") != 404:
                 raise

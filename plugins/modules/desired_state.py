@@ -91,27 +91,12 @@ blocked:
   sample: [{name: gpu-tuning, reason: "spec.deploymentPolicy: DeploymentPolicy 'canary' does not exist"}]
 """
 
-import json
-
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, list_pages
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import convert
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None
-
-
-def _list(api, plural):
-    custom = k8s_client.CustomObjectsApi(api)
-    resp = call("list %s.%s" % (plural, API_GROUP), custom.list_cluster_custom_object, API_GROUP, API_VERSION,
-                plural, _preload_content=False)
-    return json.loads(resp.data).get("items", [])
-
 
 def _normalise_inputs(objects):
     nodewrights, policies = [], {}
@@ -152,8 +137,8 @@ def run(module):
     if not from_cluster:
         nodewrights, policies = _normalise_inputs(p["resources"])
     else:
-        nodewrights = _list(api, "nodewrights")
-        policies = {o["metadata"]["name"]: o for o in _list(api, "deploymentpolicies")}
+        nodewrights = nodewright_api.list_all(api, nodewright_api.NODEWRIGHTS)
+        policies = {o["metadata"]["name"]: o for o in nodewright_api.list_all(api, nodewright_api.DEPLOYMENT_POLICIES)}
     if p["name"] and not any((r.get("metadata") or {}).get("name") == p["name"] for r in nodewrights):
         raise NodeWrightError("NodeWright resource %r does not exist" % p["name"],
                               hint="list them with `kubectl get nodewrights`")

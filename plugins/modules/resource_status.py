@@ -76,30 +76,19 @@ resource_status:
   type: dict
 """
 
-import json
-
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     RESOURCE_STATUSES,
     compute_status,
 )
 
-try:
-    from kubernetes import client as k8s_client
-except ImportError:
-    k8s_client = None
-
-
 def run(module):
     p = module.params
     api = module.api_client()
-    custom = k8s_client.CustomObjectsApi(api)
-    core = k8s_client.CoreV1Api(api)
-    current = json.loads(call("read NodeWright %s" % p["name"], custom.get_cluster_custom_object, API_GROUP,
-                              API_VERSION, "nodewrights", p["name"], _preload_content=False).data)
-    nodes = json.loads(call("list nodes", core.list_node, _preload_content=False).data).get("items", [])
+    current = nodewright_api.get(api, nodewright_api.NODEWRIGHTS, p["name"])
+    nodes = [n for page in list_pages(api, "/api/v1/nodes", "list nodes") for n in page]
     status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
                             message=p["status_message"], generation=p["generation"], extra=p["extra"],
                             current=current.get("status"), pending=p["pending"])
@@ -114,8 +103,7 @@ def run(module):
         for c in status["conditions"]:
             if c["type"] in before and before[c["type"]]["status"] == c["status"]:
                 c["lastTransitionTime"] = before[c["type"]].get("lastTransitionTime", c["lastTransitionTime"])
-        call("write status of NodeWright %s" % p["name"], custom.patch_cluster_custom_object_status, API_GROUP,
-             API_VERSION, "nodewrights", p["name"], {"status": status})
+        nodewright_api.patch_status(api, p["name"], status)
     return {"changed": changed, "resource_status": status}
 
 

@@ -150,7 +150,12 @@ def test_reconciler_gets_exactly_the_documented_rules():
 @pytest.mark.integration
 def test_ssh_connection_grants_no_pod_permissions():
     docs = render("nw", "nodewright", {"connection.type": "ssh", "validationJobs.enabled": False})
-    assert by_kind(docs, "Role") == {} and by_kind(docs, "RoleBinding") == {}
+    # Only the wave reservations' Lease, nothing on pods.
+    assert list(by_kind(docs, "Role")) == ["nw-nodewright-admission"]
+    assert list(by_kind(docs, "RoleBinding")) == ["nw-nodewright-admission"]
+    rules = by_kind(docs, "Role")["nw-nodewright-admission"]["rules"]
+    assert {r for rule in rules for r in rule["resources"]} == {"leases"}
+    assert by_kind(docs, "Role")["nw-nodewright-admission"]["metadata"]["namespace"] == "kube-system"
     deploy = by_kind(docs, "Deployment")["nw-nodewright"]
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NODEWRIGHT_CONNECTION"] == "ssh" and "NODEWRIGHT_VALIDATION_NAMESPACE" not in env

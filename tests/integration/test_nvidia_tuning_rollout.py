@@ -76,6 +76,11 @@ def custom(sim):
 @pytest.fixture(scope="module")
 def gb200(sim):
     nodes = sim.add_nodes("gb200", 2)
+    # An NVLink domain of their own: the policy's topology limit counts every node of a
+    # clique, and other tests leave nodes of the shared rack cordoned for triage.
+    clique = "tuning-%s" % uuid.uuid4().hex[:6]
+    for name in nodes:
+        sim.core.patch_node(name, {"metadata": {"labels": {"nvidia.com/gpu.clique": clique}}})
     for name in nodes:
         wait_for(lambda name=name: any(c.type == "Ready" and c.status == "True"
                                        for c in sim.core.read_node(name).status.conditions or []),
@@ -124,9 +129,12 @@ def node_state(sim, node, name):
 
 
 def steps(proc, node):
-    """The package steps of the last package run on ``node``."""
-    result = host_result(proc, node, "Plan and run the packages in dependsOn order") or {}
-    return [s for r in result.get("results", []) for s in r.get("steps", [])]
+    """The package steps of the last rollout of ``node`` (its main and post-interrupt runs)."""
+    out = []
+    for task in ("Run the packages", "Run the packages' post-interrupt stages"):
+        result = host_result(proc, node, task) or {}
+        out += [s for r in result.get("results", []) for s in r.get("steps", [])]
+    return out
 
 
 def test_plan_then_rollout_then_nothing_then_a_sysctl_change(sim, tmp_path, custom, gb200, resource):

@@ -9,81 +9,17 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 
 import pytest
-import yaml
 from nodewright_sim import hostroot
 
-from k8s_helpers import ensure_crds
+from fleet_helpers import Fleet, waves_from_report
 
 pytestmark = pytest.mark.integration
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KUBECTL = os.path.expanduser("~/.cache/nodewright/bin/kubectl")
 GROUP, VERSION = "nodewright.io", "v1alpha1"
-
-
-class Fleet(object):
-    """A labelled set of fresh simulator nodes, an inventory that selects them, and runners."""
-
-    def __init__(self, sim, tmp_path, pools):
-        self.sim = sim
-        self.tmp = tmp_path
-        self.label = "rollout-test-%s" % uuid.uuid4().hex[:6]
-        self.nodes = []
-        for pool, count in pools:
-            self.nodes += sim.add_nodes(pool, count)
-        for n in self.nodes:
-            sim.core.patch_node(n, {"metadata": {"labels": {"rollout-test": self.label}}})
-        self.custom = ensure_crds(sim)
-        (tmp_path / "fleet.k8s_nodes.yml").write_text(yaml.safe_dump({
-            "plugin": "nodewright.fleet.k8s_nodes", "label_selectors": "rollout-test=%s" % self.label,
-            "connection": "local"}))
-
-    def create(self, kind, name, spec):
-        plural = {"NodeWright": "nodewrights", "DeploymentPolicy": "deploymentpolicies"}[kind]
-        body = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": kind, "metadata": {"name": name}, "spec": spec}
-        self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
-
-    def resource(self, name):
-        return self.custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", name)
-
-    def playbook(self, playbook, *extra):
-        env = self.sim.env()
-        env.update({"ANSIBLE_CALLBACKS_ENABLED": "nodewright.fleet.report",
-                    "NODEWRIGHT_REPORT_PATH": str(self.tmp / "report.json"), "ANSIBLE_LOCALHOST_WARNING": "false",
-                    "ANSIBLE_DEPRECATION_WARNINGS": "false", "ANSIBLE_FORKS": "10"})
-        cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
-               str(self.tmp / "fleet.k8s_nodes.yml"), os.path.join(REPO, "playbooks", playbook)] + list(extra)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        try:
-            proc.report = json.loads((self.tmp / "report.json").read_text())
-        except (OSError, ValueError):
-            proc.report = None
-        return proc
-
-    def plan(self, resource):
-        path = self.tmp / "plan.json"
-        proc = self.playbook("plan.yml", "-e", "nodewright_resource=%s" % resource,
-                             "-e", "nodewright_plan_path=%s" % path)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return json.loads(path.read_text())["rollouts"][0]
-
-    def sysctl(self, node, key):
-        return hostroot.run(self.sim.host_root(node), "sysctl -n %s" % key).stdout.strip()
-
-    def node_labels(self, node):
-        return self.sim.core.read_node(node).metadata.labels or {}
-
-
-def waves_from_report(report):
-    """Wave membership (sorted node names per wave) as the strategy recorded it."""
-    waves = {}
-    for run in report.get("rollout") or []:
-        for node, where in run.get("assignment", {}).items():
-            waves.setdefault(where["wave"], []).append(node)
-    return [sorted(waves[k]) for k in sorted(waves)]
 
 
 def sysctl_resource(fleet, policy, value="262144", interrupt=None):
@@ -200,6 +136,12 @@ def test_a_halt_is_remembered_until_the_batch_state_is_reset_or_the_resource_cha
     assert "rolloutState" not in fleet.resource(res)["status"]
     retry = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
     assert retry.returncode != 0 and len(hosts(retry)) == 1
+    # The status of the resumed halt still names the failed node and the real progress.
+    status = fleet.resource(res)["status"]
+    comp = status["compartmentStatuses"]["__default__"]
+    assert comp["batchState"]["failedNodes"] >= 1 and comp["progressPercent"] == 33
+    assert status["status"] == "halted" and status["nodesErroring"] == 1
+    assert status["nodeStatus"][canary] == "erroring"
 
     # Fixing the config changes the spec: a new rollout, from the first batch, to the end.
     body = {"spec": {"packages": {"sysctl": {"version": "1.0.0", "configMap": {"vm.max_map_count": "262144"}}}}}
@@ -255,3 +197,36 @@ def test_interrupt_requested_at_run_time_drains_the_node_first(sim, tmp_path):
     assert restarts.stdout.strip()
     assert not sim.core.read_node(n1).spec.unschedulable
     assert fleet.node_labels(n1)["nodewright.io/status-%s" % res] == "complete"
+
+
+def test_two_resources_that_disagree_on_a_setting_are_refused_before_anything_changes(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h100", 2)])
+    policy = "conflict-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}}})
+    first, second = "first-" + fleet.label, "second-" + fleet.label
+    fleet.create("NodeWright", first, sysctl_resource(fleet, policy, value="262144"))
+    fleet.create("NodeWright", second, sysctl_resource(fleet, policy, value="1048576"))
+
+    def content(node):
+        obj = sim.core.read_node(node)
+        return (obj.spec.to_dict(), obj.metadata.labels, obj.metadata.annotations)
+    before = {n: content(n) for n in fleet.nodes}
+    sysctls = {n: fleet.sysctl(n, "vm.max_map_count") for n in fleet.nodes}
+
+    path = tmp_path / "plan.json"
+    plan = fleet.playbook("plan.yml", "-e", "nodewright_plan_path=%s" % path)
+    text = plan.stdout + plan.stderr
+    assert "BLOCKED" in text and first in text and second in text
+    assert "sysctl vm.max_map_count" in text and "'262144'" in text and "'1048576'" in text
+    planned = json.loads(path.read_text())
+    (conflict,) = [c for c in planned["conflicts"] if set(c["resources"]) == {first, second}]
+    assert conflict["nodes"] == sorted(fleet.nodes) and conflict["setting"] == "sysctl:vm.max_map_count"
+
+    for extra in ([], ["-e", "nodewright_resource=%s" % first]):
+        proc = fleet.playbook("rollout.yml", *extra)
+        assert proc.returncode != 0
+        out = proc.stdout + proc.stderr
+        assert "both set sysctl vm.max_map_count" in out and "nothing was changed" in out
+        assert {n: content(n) for n in fleet.nodes} == before
+        assert {n: fleet.sysctl(n, "vm.max_map_count") for n in fleet.nodes} == sysctls
+    assert fleet.resource(first)["status"]["status"] == "blocked"

@@ -24,17 +24,14 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
     parse_policy,
     policy_from_interruption_budget,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
-    is_ignored,
-    order_nodes,
-)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import resource_selector, targets
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import order_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
     is_disabled,
     is_paused,
     validate_nodewright,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 
 def order_resources(resources):
@@ -45,9 +42,8 @@ def order_resources(resources):
 
 def targeted_nodes(resource, nodes):
     """Names of the nodes the resource selects, minus ignored ones, oldest first."""
-    selector = from_label_selector(resource.get("spec", {}).get("nodeSelectors"), "spec.nodeSelectors")
-    chosen = [n for n in nodes if selector.matches((n.get("metadata") or {}).get("labels") or {})
-              and not is_ignored((n.get("metadata") or {}).get("labels") or {})]
+    selector = resource_selector(resource)
+    chosen = [n for n in nodes if targets(resource, (n.get("metadata") or {}).get("labels"), selector)]
     flat = [{"name": n["metadata"]["name"], "labels": n["metadata"].get("labels") or {},
              "creationTimestamp": n["metadata"].get("creationTimestamp")} for n in chosen]
     return order_nodes(flat)

@@ -14,9 +14,8 @@ from __future__ import annotations
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import mark_for_reapply
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import resource_selector, targets
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import is_disabled
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 REASON_DRIFT = "HostDrift"
 REASON_NO_DRIFT = "NoDrift"
@@ -35,13 +34,13 @@ def check_targets(nodes, resources):
         if is_disabled(resource):
             continue
         try:
-            selector = from_label_selector((resource.get("spec") or {}).get("nodeSelectors"))
+            selector = resource_selector(resource)
         except Exception:  # noqa: BLE001 - an invalid resource is reported as blocked elsewhere
             continue
         name = _name(resource)
         for node in nodes or ():
             labels = (node.get("metadata") or {}).get("labels") or {}
-            if is_ignored(labels) or not selector.matches(labels):
+            if not targets(resource, labels, selector):
                 continue
             state = read_state(node, name)
             if state.get("status") == markers.STATUS_COMPLETE and "error" not in state:

@@ -312,7 +312,7 @@ class RolloutDriver(object):
                                  in_progress_elsewhere=[{"name": n, "labels": lbl} for n, lbl in sorted(busy.items())],
                                  now=self.now(), done=[t for t in res.done if t in present],
                                  fleet_size=view.size, ignore_windows=False,
-                                 resumable=resumable, eligible=pickable | set(resumable))
+                                 resumable=resumable, eligible=pickable | set(resumable), deferred=set(held))
             if held and decision.status == COMPLETE:
                 waiting = sorted(n for n in held if n in present)
                 if waiting:

@@ -25,7 +25,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
     compartment_statuses,
     order_nodes,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
 
 VAR_POLICY = "nodewright_rollout_policy"
 VAR_POLICY_NAME = "nodewright_rollout_policy_name"
@@ -38,7 +37,6 @@ VAR_ADMISSION = "nodewright_rollout_admission"      # reserve waves in the clust
 VAR_RESERVATION_TTL = "nodewright_rollout_reservation_ttl"
 VAR_CAPACITY_TIMEOUT = "nodewright_rollout_capacity_timeout"
 VAR_LOCK_NAMESPACE = "nodewright_rollout_lock_namespace"
-NODEWRIGHT_PLURAL = "nodewrights"
 VAR_NODE_LABELS = "nodewright_node_labels"
 VAR_INVENTORY_NODE = "k8s_node"
 FACT = "nodewright_rollout"
@@ -46,7 +44,6 @@ OUTCOME_FACT = "nodewright_rollout_outcome"
 CUSTOM_STAT = "nodewright_rollout"
 
 DRIVER_WAVE_RUNNER = "wave_runner"
-DEPLOYMENT_POLICY_PLURAL = "deploymentpolicies"
 # Above this many hosts without labels one LIST of all nodes is cheaper than a GET per node.
 _NODE_GET_LIMIT = 20
 # A wait for a maintenance window wakes up this often to notice an interrupt.
@@ -154,9 +151,8 @@ def _api(auth):
 
 def fetch_deployment_policy(name, auth=None):
     """The spec of the cluster-scoped DeploymentPolicy ``name``, parsed (ClusterError/ValidationError)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
-    path = "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, DEPLOYMENT_POLICY_PLURAL, name)
-    obj = get_json(_api(auth), path, "read DeploymentPolicy %s" % name)
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+    obj = nodewright_api.get(_api(auth), nodewright_api.DEPLOYMENT_POLICIES, name)
     return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
 
 
@@ -233,9 +229,8 @@ def state_patch(state, nodes, previous_status=None, done=(), failed=(), in_progr
 
 def fetch_resource(name, auth=None):
     """The NodeWright resource ``name`` as the API server has it (ClusterError when it cannot be read)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
-    return get_json(_api(auth), "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, name),
-                    "read NodeWright %s" % name)
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+    return nodewright_api.get(_api(auth), nodewright_api.NODEWRIGHTS, name)
 
 
 class StateKeeper(object):
@@ -262,14 +257,13 @@ class StateKeeper(object):
     def save(self, state, nodes, done=(), failed=(), in_progress=(), status=None):
         """Write ``state`` (and the resource ``status`` fields, when given) in one patch;
         returns None, or the reason it could not be written."""
-        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import request_json
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
         patch = state_patch(state, nodes, self.status, done=done, failed=failed, in_progress=in_progress)
         if status:
             patch["status"].update(status)
-        path = "/apis/%s/%s/%s/%s/status" % (API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, self.name)
         try:
-            request_json(_api(self.auth), "PATCH", path, "write the rollout state of NodeWright %s" % self.name,
-                         body=patch, content_type="application/merge-patch+json")
+            nodewright_api.patch_status(_api(self.auth), self.name, patch["status"],
+                                        "write the rollout state of NodeWright %s" % self.name)
         except NodeWrightError as exc:
             return "could not record the batch state of %s: %s" % (self.name, exc)
         merged = dict(self.status)

@@ -35,10 +35,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.windows imp
     in_maintenance_window,
     next_maintenance_window,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
-    LABEL_IGNORE,
-    SKYHOOK_IGNORE,
-)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import LABEL_IGNORE
 
 
 def _mapping(value, where, what):
@@ -232,11 +230,6 @@ def _node_view(node, where):
     return _Node(name, labels, _parse_timestamp(meta.get("creationTimestamp"), where))
 
 
-def is_ignored(labels):
-    """Nodes labelled ``nodewright.io/ignore=true`` (or Skyhook's ignore label) are left alone."""
-    labels = labels or {}
-    return labels.get(LABEL_IGNORE) == "true" or labels.get(SKYHOOK_IGNORE) == "true"
-
 
 def order_nodes(nodes):
     """Node names in batch order: oldest creationTimestamp first, then by name."""
@@ -332,7 +325,7 @@ def _halt_reason(name, batch, strategy, total):
 
 
 def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_size=None,
-              ignore_windows=False, resumable=(), eligible=None):
+              ignore_windows=False, resumable=(), eligible=None, deferred=()):
     """Choose the next wave, or say why none may start.
 
     ``nodes``: the resource's nodes (mappings with name, labels, creationTimestamp, or
@@ -344,7 +337,9 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     the wave may take; they count against every limit whether taken or not, and are
     taken first. ``done``: nodes already complete before this run. ``eligible``: when
     given, only these nodes may be picked (the hosts this run can reach); the others
-    are left to other runs. ``now``: for maintenance windows (default: the current
+    are left to other runs. ``deferred``: nodes that wait for something else in the
+    same run (a resource that comes first on them); neither picked nor counted as held.
+    ``now``: for maintenance windows (default: the current
     time; naive = UTC). ``fleet_size``: the node count a percent
     ``fleetDisruptionLimit`` is taken of (default: every node passed in).
 
@@ -361,6 +356,7 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     members, ceilings = _assign(policy, views)
     finished = set(done) | state.succeeded
     resume = {name for name in resumable if name in by_name and name not in elsewhere and name not in finished}
+    deferred = set(deferred)
     reachable = (lambda name: True) if eligible is None else (lambda name, _e=set(eligible): name in _e)
     notes = []
     if ignored:
@@ -380,7 +376,7 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         batch.completed_nodes = sum(1 for v in group if v.name in finished)
         batch.failed_nodes = sum(1 for v in group if v.name in state.failed)
         open_nodes = [v for v in group if v.name not in finished and v.name not in state.failed
-                      and v.name not in state.blocked and v.name not in elsewhere]
+                      and v.name not in state.blocked and v.name not in elsewhere and v.name not in deferred]
         pickable = [v for v in open_nodes if reachable(v.name)]
         elsewhere_runs.extend(v.name for v in open_nodes if not reachable(v.name))
         if batch.should_stop and any(v.name not in finished for v in group):
@@ -401,7 +397,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
             return decision(HALTED, "; ".join(halted_reasons) + "; fix the failed nodes%s, then reset the "
                             "rollout's batch state to resume (nodewright reset-batches NAME, or any change of the "
                             "resource's spec)" % ((" (%s)" % _names(failed_here)) if failed_here else ""))
-        held = [v.name for v in views if v.name in elsewhere and v.name not in finished]
+        held = [v.name for v in views if v.name in elsewhere and v.name not in finished
+                and v.name not in state.failed and v.name not in deferred]
         if held:
             return decision(WAITING, "%d node(s) are in progress under other NodeWright resources (%s) (or reserved by "
                             "another run, or cordoned); wait for them to finish" % (len(held), _names(held)))

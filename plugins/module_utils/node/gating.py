@@ -25,13 +25,12 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import marker
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import is_ignored
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import targets as target_rule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
     is_disabled,
     is_paused,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 TAINT_VALUE = "true"
 TAINT_EFFECT = "NoSchedule"
@@ -87,13 +86,10 @@ def targets(resource, node):
     A selector that cannot be parsed selects nothing: the resource is invalid, and
     desired_state reports it as blocked.
     """
-    if is_ignored(_labels(node)):
-        return False
     try:
-        selector = from_label_selector(((resource or {}).get("spec") or {}).get("nodeSelectors"))
+        return target_rule.targets(resource, _labels(node))
     except NodeWrightError:
         return False
-    return selector.matches(_labels(node))
 
 
 def gating_resources(resources, node):
