@@ -10,6 +10,7 @@
     nodewright ignore NODE [--undo]
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
+    nodewright report FILE [--open | --print]
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -26,6 +27,7 @@ import re
 import sys
 
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+from nodewright_cli import report
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
@@ -141,6 +143,7 @@ def build_parser():
                                               "starts again from its first batch)")
     rb.add_argument("name", help="NodeWright resource")
     rb.add_argument("--dry-run", action="store_true")
+    report.add_parser(sub)
     return p
 
 
@@ -280,7 +283,7 @@ def cmd_reset_batches(args):
 COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
             "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
             "ignore": cmd_ignore, "reset": cmd_reset,
-            "reset-batches": cmd_reset_batches}
+            "reset-batches": cmd_reset_batches, "report": report.cmd_report}
 
 
 def main(argv=None):

@@ -7,7 +7,7 @@ of the reconciler."""
 
 from __future__ import annotations
 
-from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+from nodewright_cli import collection  # noqa: F401  pylint: disable=unused-import  (makes the collection importable)
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError

@@ -44,6 +44,7 @@ from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import drift, gating, markers, node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as nw_metrics
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_metrics
 from ansible_collections.nodewright.fleet.plugins.module_utils.desired_state import targeted_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError, NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.resource_status import compute_status
@@ -168,7 +169,7 @@ class Reconciler(object):
         self.worker = None
         self.reported = {}
         self.permission_ok = False
-        self.run_metrics = nw_metrics.MetricSet()
+        self.run_metrics = report_metrics.add_report_metrics(nw_metrics.MetricSet(), None, "rollout")
         self.drift_counts = {}
         self.metrics_text = ""
         self.passes = 0
@@ -536,6 +537,7 @@ class Reconciler(object):
             for outcome, count in result.outcomes().items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
             self.run_metrics.inc("nodewright_runs_total", kind="rollout", result=result.status)
+            report_metrics.add_report_metrics(self.run_metrics, result.report, "rollout")
         if any(isinstance(r, Exception) for r in results):
             self.run_metrics.inc("nodewright_runs_total", kind="rollout", result="error")
         nw_metrics.run_metrics(self.run_metrics, "rollout", duration, state == "successful", time.time(), outcomes)

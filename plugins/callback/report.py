@@ -13,10 +13,19 @@ description:
   - Records, per node, the outcome of the run (ok, failed, unreachable), the task that failed and why,
     the duration, and the NodeWright results that tasks return (drain, packages, interrupt).
   - With O(include_tasks) every task result is kept too, which tests and automation can read.
-  - ansible-runner users find the file in the artifacts directory when O(path) points there.
+  - Each node's C(timeline) lists the tasks that ran on it (name, action, start, duration, outcome), which the
+    HTML page draws.
+  - With O(html) the report is also rendered as a self-contained HTML page next to the JSON file (same name,
+    ending in C(.html)) - the waves and their nodes on a time axis, each step coloured by outcome, the
+    compartments, the policy's decisions and the failures with their reason. C(nodewright report FILE) renders
+    or opens it later.
+  - Under ansible-runner (or AWX/AAP) both files are also written into the job's artifacts directory
+    (C(artifacts/<ident>/nodewright-report.json) and C(.html)).
   - Plays run by the C(nodewright.fleet.rollout) strategy add C(rollout), one entry per play with the policy,
     every wave decision, each wave's nodes and outcome, and the nodes left untouched; each admitted host gets
     its C(wave) and C(compartment).
+author:
+  - NodeWright maintainers (@nodewright)
 requirements:
   - enable it with C(callbacks_enabled = nodewright.fleet.report)
 options:
@@ -38,11 +47,22 @@ options:
     ini:
       - section: nodewright_report
         key: include_tasks
+  html:
+    description: Also write the report as a self-contained HTML page (no network needed to view it).
+    type: bool
+    default: true
+    version_added: "0.2.0"
+    env:
+      - name: NODEWRIGHT_REPORT_HTML
+    ini:
+      - section: nodewright_report
+        key: html
   metrics_textfile:
     description:
       - Also write the run's metrics in the Prometheus text format to this file at the end of the run (for
         node_exporter's textfile collector; name it C(*.prom)) - the run's duration, result and nodes per
-        outcome, and the package states and stages the run saw. Names are listed in C(docs/operating.md).
+        outcome, the package states and stages the run saw, drain durations and waits for non-interruptible
+        pods, waves and failed nodes. Names are listed in C(docs/operating.md).
     type: path
     version_added: "0.2.0"
     env:
@@ -50,6 +70,20 @@ options:
     ini:
       - section: nodewright_report
         key: metrics_textfile
+"""
+
+EXAMPLES = r"""
+# ansible.cfg: write the JSON report and its HTML page for every run
+# [defaults]
+# callbacks_enabled = nodewright.fleet.report
+# [nodewright_report]
+# path = /var/log/nodewright/report.json
+# metrics_textfile = /var/lib/node_exporter/textfile/nodewright.prom
+
+# Or per run, from the environment:
+# ANSIBLE_CALLBACKS_ENABLED=nodewright.fleet.report NODEWRIGHT_REPORT_PATH=out/report.json \
+#   ansible-playbook -i fleet.k8s_nodes.yml nodewright.fleet.rollout
+# nodewright report out/report.json --open
 """
 
 import json
@@ -60,9 +94,13 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import metrics as nw_metrics
 from ansible_collections.nodewright.fleet.plugins.module_utils.markers import ANNOTATION_STATE_PREFIX
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html, report_metrics
 
 NODEWRIGHT_KEYS = ("evicted", "kept", "still_present", "blocking_pdbs", "initially_blocking", "plan",
-                   "packages", "interrupt", "boot_id", "rebooted", "failures", "steps")
+                   "packages", "interrupt", "boot_id", "rebooted", "failures", "steps", "duration", "waited_seconds")
+# ansible-runner (and AWX/AAP, which runs it) name the job's artifacts directory here.
+RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
+RUNNER_REPORT_NAME = "nodewright-report.json"
 
 
 def _plain(value):
@@ -70,6 +108,13 @@ def _plain(value):
         return json.loads(json.dumps(value, default=str))
     except (TypeError, ValueError):
         return str(value)
+
+
+def _write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 def _task_name(task):
@@ -87,6 +132,7 @@ class CallbackModule(CallbackBase):
         super(CallbackModule, self).__init__(*args, **kwargs)
         self.report = {"version": 1, "started": time.time(), "playbook": None, "hosts": {}, "tasks": []}
         self._task_start = {}
+        self._host_task_start = {}
         self._package_states = {}
 
     def _host(self, name):
@@ -97,6 +143,20 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._task_start[task._uuid] = time.time()
+
+    def v2_runner_on_start(self, host, task):
+        self._host_task_start[(host.get_name(), task._uuid)] = time.time()
+
+    def _timeline(self, entry, host, task, data, status, now):
+        """One step of the node's timeline: the task, when it started on this host, how long it
+        took there and how it ended."""
+        start = self._host_task_start.pop((host, task._uuid), None) or self._task_start.get(task._uuid, now)
+        if status == "ok" and data.get("changed"):
+            status = "changed"
+        entry.setdefault("timeline", []).append({
+            "task": _task_name(task), "action": task.action,
+            "start": round(start - self.report["started"], 3), "duration": round(now - start, 3),
+            "status": status})
 
     def _record(self, result, status):
         host = result._host.get_name()
@@ -112,6 +172,7 @@ class CallbackModule(CallbackBase):
             entry["msg"] = data.get("msg")
         elif status == "failed":
             status = "failed_ignored"
+        self._timeline(entry, host, task, data, status, entry["last_seen"])
         self._note_package_state(host, data)
         interesting = {k: data[k] for k in NODEWRIGHT_KEYS if k in data}
         if interesting:
@@ -160,10 +221,16 @@ class CallbackModule(CallbackBase):
             counts[entry["outcome"]] = counts.get(entry["outcome"], 0) + 1
         self.report["summary"] = counts
         path = self.get_option("path")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.report, fh, indent=2, sort_keys=True, default=str)
-        os.replace(tmp, path)
+        paths = [path]
+        artifacts = os.environ.get(RUNNER_ARTIFACTS_ENV)
+        if artifacts and os.path.isdir(artifacts) and \
+                os.path.dirname(os.path.abspath(path)) != os.path.abspath(artifacts):
+            paths.append(os.path.join(artifacts, RUNNER_REPORT_NAME))
+        page = report_html.render(self.report) if self.get_option("html") else None
+        for where in paths:
+            _write(where, json.dumps(self.report, indent=2, sort_keys=True, default=str))
+            if page is not None:
+                _write(report_html.html_path(where), page)
         self._write_metrics()
 
     # --- metrics textfile (NODEWRIGHT_METRICS_TEXTFILE) ----------------------------------
@@ -183,7 +250,5 @@ class CallbackModule(CallbackBase):
         nw_metrics.run_metrics(found, kind, self.report["duration"], not any(
             summary.get(k) for k in ("failed", "unreachable")), self.report["finished"], summary)
         nw_metrics.package_state_metrics(found, self._package_states)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(found.render())
-        os.replace(tmp, path)
+        report_metrics.add_report_metrics(found, self.report, kind)
+        _write(path, found.render())
