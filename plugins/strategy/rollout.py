@@ -58,6 +58,41 @@ notes:
     C(nodewright.fleet.k8s_auth) options, for the policy and Node reads)."
 """
 
+EXAMPLES = r"""
+# The main job does this: playbooks/rollout.yml, waves from the first resource's DeploymentPolicy.
+- name: Patch the GPU nodes in waves
+  hosts: gpu_nodes
+  gather_facts: false
+  strategy: nodewright.fleet.rollout
+  vars:
+    # An inline DeploymentPolicy spec: a canary, then batches that double, at most 25% at once.
+    nodewright_rollout_policy:
+      default:
+        budget: {percent: 25}
+        strategy:
+          exponential: {initialBatch: 1, growthFactor: 2, batchThreshold: 100, failureThreshold: 1,
+                        safetyLimit: 50}
+  tasks:
+    - name: Maintain each node safely
+      ansible.builtin.include_role:
+        name: nodewright.fleet.safe_update
+
+# Or a DeploymentPolicy resource of the cluster, with its batch state kept in a NodeWright
+# resource's status so that the next run resumes (and a halted rollout stays halted).
+- name: Roll out under the cluster's policy
+  hosts: nodewright_rollout
+  gather_facts: false
+  strategy: nodewright.fleet.rollout
+  vars:
+    nodewright_rollout_policy_name: gpu-canary
+    nodewright_rollout_state_resource: gpu-host-tuning
+    nodewright_rollout_wait_for_window: false
+  tasks:
+    - name: Maintain each node safely
+      ansible.builtin.include_role:
+        name: nodewright.fleet.safe_update
+"""
+
 import datetime
 import gc
 import time
