@@ -61,10 +61,14 @@ docs: venv link
 	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 	rm -rf $(DOCS_SITE) && mkdir -p $(DOCS_SITE) && chmod 700 $(DOCS_SITE)
 	$(BIN)/antsibull-docs sphinx-init --use-current --dest-dir $(DOCS_SITE) nodewright.fleet >/dev/null
+	# Offline: intersphinx reads a local inventory of the ansible-core labels the pages use.
+	$(BIN)/python docs/docsite/offline_inventory.py $(DOCS_SITE)/ansible_devel.inv
+	printf "intersphinx_mapping = {'ansible_devel': ('https://docs.ansible.com/projects/ansible/devel/', '../ansible_devel.inv')}\n" >> $(DOCS_SITE)/conf.py
 	cd $(DOCS_SITE) && ./build.sh
 	@echo "docs site: $(DOCS_SITE)/build/html/index.html"
 
-# CHANGELOG.md from changelogs/ (add a fragment to changelogs/fragments/ for every change).
+# CHANGELOG.md from changelogs/changelog.yaml, after linting the fragments (one in
+# changelogs/fragments/ per change; `antsibull-changelog release --version X` takes them into a release).
 changelog: venv link
 	$(BIN)/antsibull-changelog lint
 	$(BIN)/antsibull-changelog generate

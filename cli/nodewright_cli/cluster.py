@@ -7,7 +7,8 @@ of the reconciler."""
 
 from __future__ import annotations
 
-from nodewright_cli import collection  # noqa: F401  pylint: disable=unused-import  (makes the collection importable)
+# Imported for its effect: it makes the collection importable.
+from nodewright_cli import collection  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import markers, node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import ClusterError

@@ -16,7 +16,8 @@ import os
 import sys
 import webbrowser
 
-from nodewright_cli import collection  # noqa: F401  pylint: disable=unused-import  (makes the collection importable)
+# Imported for its effect: it makes the collection importable.
+from nodewright_cli import collection  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html

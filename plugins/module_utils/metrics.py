@@ -117,8 +117,8 @@ class MetricSet(object):
             raise KeyError("unknown metric %s (add it to metrics.METRICS and docs/operating.md)" % name)
         wanted = METRICS[name][1]
         if set(labels) != set(wanted):
-            raise KeyError("metric %s takes labels %s, got %s" % (name, ", ".join(wanted) or "none",
-                                                                   ", ".join(sorted(labels)) or "none"))
+            raise KeyError("metric %s takes labels %s, got %s"
+                           % (name, ", ".join(wanted) or "none", ", ".join(sorted(labels)) or "none"))
         key = tuple((k, str(labels[k])) for k in wanted)
         self._samples.setdefault(name, {})[key] = value
 
@@ -194,7 +194,7 @@ def parse(text):
         match = _SAMPLE_RE.match(line)
         if not match:
             raise ValueError("line %d: not a sample: %s" % (number, line))
-        name, _, body, raw, _ts = match.groups()
+        name, _braces, body, raw, _ts = match.groups()
         labels = {}
         rest = body or ""
         while rest.strip():

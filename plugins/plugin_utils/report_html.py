@@ -313,8 +313,8 @@ def _legend(m):
                  "</span>")
     comps = ['<span><i style="background:%s"></i>compartment %s</span>' % (c, _e(k))
              for k, c in sorted(m["colours"].items())]
-    return '<p class="legend">%s</p>%s' % (" ".join(items), '<p class="legend">%s</p>' % " ".join(comps)
-                                                           if comps else "")
+    comps_line = '<p class="legend">%s</p>' % " ".join(comps) if comps else ""
+    return '<p class="legend">%s</p>%s' % (" ".join(items), comps_line)
 
 
 def _decisions(m):
