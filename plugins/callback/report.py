@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: report
 type: notification
-short_description: Write NodeWright's structured run report (JSON)
+short_description: Write NodeWright's structured run report (JSON) and its HTML page
 version_added: "0.1.0"
 description:
   - Records, per node, the outcome of the run (ok, failed, unreachable), the task that failed and why,
@@ -193,6 +193,7 @@ class CallbackModule(CallbackBase):
         self._record(result, "unreachable")
 
     def v2_runner_on_skipped(self, result):
+        self._host_task_start.pop((result._host.get_name(), result._task._uuid), None)
         if self.get_option("include_tasks"):
             self.report["tasks"].append({"task": _task_name(result._task), "host": result._host.get_name(),
                                          "status": "skipped", "result": {}})
@@ -226,9 +227,10 @@ class CallbackModule(CallbackBase):
         if artifacts and os.path.isdir(artifacts) and \
                 os.path.dirname(os.path.abspath(path)) != os.path.abspath(artifacts):
             paths.append(os.path.join(artifacts, RUNNER_REPORT_NAME))
+        text = json.dumps(self.report, indent=2, sort_keys=True, default=str)
         page = report_html.render(self.report) if self.get_option("html") else None
         for where in paths:
-            _write(where, json.dumps(self.report, indent=2, sort_keys=True, default=str))
+            _write(where, text)
             if page is not None:
                 _write(report_html.html_path(where), page)
         self._write_metrics()
