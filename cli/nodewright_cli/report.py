@@ -56,7 +56,7 @@ def summary(report):
     counts = {}
     for entry in nodes.values():
         counts[entry.get("outcome", "ok")] = counts.get(entry.get("outcome", "ok"), 0) + 1
-    rollouts = report_html._rollouts(report)
+    rollouts = report_html.rollouts_of(report)
     status = (rollouts[-1].get("status") if rollouts else None) or "no rollout"
     lines = ["%d node(s): %s; rollout %s" % (len(nodes), ", ".join("%s %d" % kv for kv in sorted(counts.items()))
                                              or "none", status)]

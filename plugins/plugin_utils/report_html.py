@@ -98,7 +98,8 @@ def _e(value):
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _rollouts(report):
+def rollouts_of(report):
+    """The report's ``rollout`` entries (one per play run by the strategy or the wave runner)."""
     rollouts = report.get("rollout") or []
     return rollouts if isinstance(rollouts, list) else [rollouts]
 
@@ -125,7 +126,7 @@ def model(report):
     started = float(report.get("started") or 0)
     finished = float(report.get("finished") or started)
     hosts = report.get("hosts") or {}
-    rollouts = _rollouts(report)
+    rollouts = rollouts_of(report)
     waves, assignment, decisions, compartments, untouched, left_out = {}, {}, [], {}, [], {}
     for run in rollouts:
         for wave in run.get("waves") or []:

@@ -7,7 +7,8 @@ that failed. The reconciler adds them after each run; the callback writes them t
 
 from __future__ import annotations
 
-CONTROLLER = "localhost"
+from ansible_collections.nodewright.fleet.plugins.plugin_utils.report_html import CONTROLLER, rollouts_of
+
 DRAIN = "nodewright_drain_duration_seconds"
 WAIT = "nodewright_non_interruptible_wait_seconds"
 WAVES = "nodewright_rollout_waves_total"
@@ -32,7 +33,6 @@ def add_report_metrics(metrics, report, kind):
                 metrics.observe(DRAIN, float(result["duration"] or 0))
         if entry.get("outcome") in ("failed", "unreachable"):
             metrics.inc(FAILURES, 1, kind=kind)
-    rollouts = report.get("rollout") or []
-    for run in rollouts if isinstance(rollouts, list) else [rollouts]:
+    for run in rollouts_of(report):
         metrics.inc(WAVES, len(run.get("waves") or []), kind=kind)
     return metrics
