@@ -7,7 +7,7 @@ COLL := .collections/ansible_collections/nodewright/fleet
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup venv link binaries demo test unit integration lint sanity build bench clean sim-up sim-down
+.PHONY: setup venv link binaries demo test unit integration lint sanity molecule docs changelog build bench clean sim-up sim-down
 
 setup: venv link binaries
 
@@ -45,6 +45,33 @@ integration: setup
 lint: venv link
 	$(BIN)/ruff check plugins tests simulator bench cli examples
 	$(BIN)/ansible-lint --profile production
+
+# ansible-test sanity on the collection as built (tests/sanity/run.sh; no ansible-test host needed).
+sanity: venv link
+	tests/sanity/run.sh
+
+# The roles' molecule scenarios (extensions/molecule), each on a simulator of its own.
+molecule: setup
+	$(BIN)/molecule test --all
+
+# The documentation site (antsibull-docs + Sphinx) in build/docs-site/build/html; the
+# collection's docs are linted first.
+DOCS_SITE := build/docs-site
+docs: venv link
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
+	rm -rf $(DOCS_SITE) && mkdir -p $(DOCS_SITE) && chmod 700 $(DOCS_SITE)
+	$(BIN)/antsibull-docs sphinx-init --use-current --dest-dir $(DOCS_SITE) nodewright.fleet >/dev/null
+	# Offline: intersphinx reads a local inventory of the ansible-core labels the pages use.
+	$(BIN)/python docs/docsite/offline_inventory.py $(DOCS_SITE)/ansible_devel.inv
+	printf "intersphinx_mapping = {'ansible_devel': ('https://docs.ansible.com/projects/ansible/devel/', '../ansible_devel.inv')}\n" >> $(DOCS_SITE)/conf.py
+	cd $(DOCS_SITE) && ./build.sh
+	@echo "docs site: $(DOCS_SITE)/build/html/index.html"
+
+# CHANGELOG.md from changelogs/changelog.yaml, after linting the fragments (one in
+# changelogs/fragments/ per change; `antsibull-changelog release --version X` takes them into a release).
+changelog: venv link
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog generate
 
 build: link
 	$(BIN)/ansible-galaxy collection build --force --output-path .

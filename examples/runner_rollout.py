@@ -11,8 +11,8 @@ to each node.
 What it shows (docs/operating.md walks through it):
 
 * ``ansible_runner.run(...)`` with the collection's ``playbooks/rollout.yml``, the
-  ``nodewright.fleet.report`` callback enabled and its JSON report written into the
-  run's artifacts directory;
+  ``nodewright.fleet.report`` callback enabled and its JSON report (and the report's
+  HTML page) written into the run's artifacts directory, ``artifacts/<ident>/``;
 * an ``event_handler`` that follows the run live (which node starts, which fails);
 * per-node outcomes read afterwards from the run report (outcome, failed task and
   why, wave) and from ansible-runner's own record (``runner.stats``,
@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import tempfile
+import uuid
 
 COLLECTION = ("ansible_collections", "nodewright", "fleet")
 
@@ -45,7 +46,7 @@ def find_collection_root():
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("-i", "--inventory", required=True, help="inventory (e.g. a *.k8s_nodes.yml file)")
     p.add_argument("-e", "--extra-var", action="append", default=[], help="KEY=VALUE, repeatable")
     p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a temporary one)")
@@ -61,7 +62,9 @@ def main(argv=None):
     playbook = os.path.join(root, *COLLECTION, "playbooks", "rollout.yml")
     private = os.path.abspath(args.private_data_dir or tempfile.mkdtemp(prefix="nodewright-runner-"))
     os.makedirs(private, exist_ok=True)
-    report_path = os.path.join(private, "nodewright-report.json")
+    # The run's ident is chosen here, so the report can go into its artifacts directory.
+    ident = uuid.uuid4().hex
+    report_path = os.path.join(private, "artifacts", ident, "nodewright-report.json")
     extravars = dict(v.split("=", 1) for v in args.extra_var)
 
     def on_event(event):
@@ -69,12 +72,13 @@ def main(argv=None):
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
             res = data.get("res") or {}
-            print("  ! %s failed at '%s': %s" % (data.get("host"), data.get("task"),
-                                                  str(res.get("msg", ""))[:200]), file=sys.stderr)
+            print("  ! %s failed at '%s': %s" % (data.get("host"), data.get("task"), str(res.get("msg", ""))[:200]),
+                  file=sys.stderr)
         return True  # keep the event in the artifacts too
 
     runner = ansible_runner.run(
         private_data_dir=private,
+        ident=ident,
         playbook=playbook,
         inventory=os.path.abspath(args.inventory),
         extravars=extravars,

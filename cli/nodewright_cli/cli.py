@@ -11,6 +11,7 @@
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
     nodewright rollout PLAYBOOK -i INVENTORY (--policy FILE | --policy-name NAME) [--admission] ...
+    nodewright report FILE [--open | --print]
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -27,6 +28,7 @@ import re
 import sys
 
 from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+from nodewright_cli import report
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
@@ -144,6 +146,7 @@ def build_parser():
     rb.add_argument("--dry-run", action="store_true")
     from nodewright_cli import rollout as rollout_cmd
     rollout_cmd.add_parser(sub)
+    report.add_parser(sub)
     return p
 
 
@@ -283,7 +286,7 @@ def cmd_reset_batches(args):
 COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
             "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
             "ignore": cmd_ignore, "reset": cmd_reset,
-            "reset-batches": cmd_reset_batches, "rollout": lambda args: _rollout(args)}
+            "reset-batches": cmd_reset_batches, "report": report.cmd_report, "rollout": lambda args: _rollout(args)}
 
 
 def _rollout(args):

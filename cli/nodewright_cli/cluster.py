@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+# Imported for its effect: it makes the collection importable.
+from nodewright_cli import collection  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops

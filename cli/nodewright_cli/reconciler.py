@@ -47,6 +47,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.node import gatin
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_metrics
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_state import targeted_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
@@ -171,7 +172,7 @@ class Reconciler(object):
         self.worker = None
         self.reported = {}
         self.permission_ok = False
-        self.run_metrics = nw_metrics.MetricSet()
+        self.run_metrics = report_metrics.add_report_metrics(nw_metrics.MetricSet(), None, "rollout")
         self.drift_counts = {}
         self.metrics_text = ""
         self.passes = 0
@@ -539,6 +540,7 @@ class Reconciler(object):
             for outcome, count in result.outcomes().items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
             self.run_metrics.inc("nodewright_runs_total", kind="rollout", result=result.status)
+            report_metrics.add_report_metrics(self.run_metrics, result.report, "rollout")
         if any(isinstance(r, Exception) for r in results):
             self.run_metrics.inc("nodewright_runs_total", kind="rollout", result="error")
         nw_metrics.run_metrics(self.run_metrics, "rollout", duration, state == "successful", time.time(), outcomes)

@@ -12,7 +12,8 @@ is malformed. Pure functions over the objects the API returns.
 
 from __future__ import annotations
 
-from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+# Imported for its effect: it makes the collection importable.
+from nodewright_cli import collection  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
@@ -84,8 +85,8 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
     """The status as data (what ``nodewright status --json`` prints)."""
     view = fleet_view(resources, nodes, policies, package_dirs)
     by_name = {_name(n): n for n in nodes}
-    out = {"resources": [], "blocked": [], "ignored": sorted(_name(n) for n in nodes
-                                                            if is_ignored((n.get("metadata") or {}).get("labels")))}
+    ignored = sorted(_name(n) for n in nodes if is_ignored((n.get("metadata") or {}).get("labels")))
+    out = {"resources": [], "blocked": [], "ignored": ignored}
     for resource, described in view["rollouts"]:
         name = described["name"]
         if only and name != only:

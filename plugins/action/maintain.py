@@ -65,6 +65,22 @@ DRAIN_KEYS = {"timeout": "drain_timeout", "force": "drain_force", "delete_emptyd
               "grace_period": "drain_grace_period", "skip_namespaces": "drain_skip_namespaces"}
 
 
+# The module or action each step stands for (the run report draws steps by it).
+STEP_ACTIONS = (("Cordon", "node_cordon"), ("Uncordon", "node_cordon"), ("Give the node back", "node_cordon"),
+                ("Wait for non-interruptible", "node_wait_pods"), ("Drain", "node_drain"),
+                ("Run the packages", "package"), ("Wait for the node to be Ready", "node_wait_ready"),
+                ("Reboot", "reboot"), ("Restart", "command"), ("Reload", "command"),
+                ("Check the health gates", "node_health"), ("Check the node is healthy", "node_health"),
+                ("Open the runtime-required gate", "node_gate"))
+
+
+def step_action(name):
+    for prefix, action in STEP_ACTIONS:
+        if name.startswith(prefix):
+            return "nodewright.fleet." + action if action not in ("command", "reboot") else "ansible.builtin." + action
+    return "nodewright.fleet.node_state"
+
+
 class StepFailed(Exception):
     def __init__(self, step, result):
         super(StepFailed, self).__init__(result.get("msg") or "failed")
@@ -236,8 +252,9 @@ class _Sequence(object):
         except NodeWrightError as exc:
             result = {"failed": True, "msg": str(exc), "changed": bool((exc.details or {}).get("changed"))}
         result = result if isinstance(result, dict) else {}
-        entry = {"name": name, "changed": bool(result.get("changed")), "failed": bool(result.get("failed")),
-                 "seconds": round(time.monotonic() - started, 3), "result": result}
+        entry = {"name": name, "action": step_action(name), "changed": bool(result.get("changed")),
+                 "failed": bool(result.get("failed")), "seconds": round(time.monotonic() - started, 3),
+                 "result": result}
         if result.get("msg"):
             entry["msg"] = result["msg"]
         self.steps.append(entry)

@@ -7,16 +7,25 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: report
 type: notification
-short_description: Write NodeWright's structured run report (JSON)
+short_description: Write NodeWright's structured run report (JSON) and its HTML page
 version_added: "0.1.0"
 description:
   - Records, per node, the outcome of the run (ok, failed, unreachable), the task that failed and why,
     the duration, and the NodeWright results that tasks return (drain, packages, interrupt).
   - With O(include_tasks) every task result is kept too, which tests and automation can read.
-  - ansible-runner users find the file in the artifacts directory when O(path) points there.
+  - Each node's C(timeline) lists the tasks that ran on it (name, action, start, duration, outcome), which the
+    HTML page draws.
+  - With O(html) the report is also rendered as a self-contained HTML page next to the JSON file (same name,
+    ending in C(.html)) - the waves and their nodes on a time axis, each step coloured by outcome, the
+    compartments, the policy's decisions and the failures with their reason. C(nodewright report FILE) renders
+    or opens it later.
+  - Under ansible-runner (or AWX/AAP) both files are also written into the job's artifacts directory
+    (C(artifacts/<ident>/nodewright-report.json) and C(.html)).
   - Plays run by the C(nodewright.fleet.rollout) strategy add C(rollout), one entry per play with the policy,
     every wave decision, each wave's nodes and outcome, and the nodes left untouched; each admitted host gets
     its C(wave) and C(compartment).
+author:
+  - NodeWright maintainers (@nodewright)
 requirements:
   - enable it with C(callbacks_enabled = nodewright.fleet.report)
 options:
@@ -38,11 +47,22 @@ options:
     ini:
       - section: nodewright_report
         key: include_tasks
+  html:
+    description: Also write the report as a self-contained HTML page (no network needed to view it).
+    type: bool
+    default: true
+    version_added: "0.2.0"
+    env:
+      - name: NODEWRIGHT_REPORT_HTML
+    ini:
+      - section: nodewright_report
+        key: html
   metrics_textfile:
     description:
       - Also write the run's metrics in the Prometheus text format to this file at the end of the run (for
         node_exporter's textfile collector; name it C(*.prom)) - the run's duration, result and nodes per
-        outcome, and the package states and stages the run saw. Names are listed in C(docs/operating.md).
+        outcome, the package states and stages the run saw, drain durations and waits for non-interruptible
+        pods, waves and failed nodes. Names are listed in C(docs/operating.md).
     type: path
     version_added: "0.2.0"
     env:
@@ -50,6 +70,20 @@ options:
     ini:
       - section: nodewright_report
         key: metrics_textfile
+"""
+
+EXAMPLES = r"""
+# ansible.cfg: write the JSON report and its HTML page for every run
+# [defaults]
+# callbacks_enabled = nodewright.fleet.report
+# [nodewright_report]
+# path = /var/log/nodewright/report.json
+# metrics_textfile = /var/lib/node_exporter/textfile/nodewright.prom
+
+# Or per run, from the environment:
+# ANSIBLE_CALLBACKS_ENABLED=nodewright.fleet.report NODEWRIGHT_REPORT_PATH=out/report.json \
+#   ansible-playbook -i fleet.k8s_nodes.yml nodewright.fleet.rollout
+# nodewright report out/report.json --open
 """
 
 import json
@@ -60,9 +94,13 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import ANNOTATION_STATE_PREFIX
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html, report_metrics
 
 NODEWRIGHT_KEYS = ("evicted", "kept", "still_present", "blocking_pdbs", "initially_blocking", "plan",
-                   "packages", "interrupt", "boot_id", "rebooted", "failures", "steps")
+                   "packages", "interrupt", "boot_id", "rebooted", "failures", "steps", "duration", "waited_seconds")
+# ansible-runner (and AWX/AAP, which runs it) name the job's artifacts directory here.
+RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
+RUNNER_REPORT_NAME = "nodewright-report.json"
 
 
 def _plain(value):
@@ -70,6 +108,13 @@ def _plain(value):
         return json.loads(json.dumps(value, default=str))
     except (TypeError, ValueError):
         return str(value)
+
+
+def _write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 def _task_name(task):
@@ -87,6 +132,7 @@ class CallbackModule(CallbackBase):
         super(CallbackModule, self).__init__(*args, **kwargs)
         self.report = {"version": 1, "started": time.time(), "playbook": None, "hosts": {}, "tasks": []}
         self._task_start = {}
+        self._host_task_start = {}
         self._package_states = {}
 
     def _host(self, name):
@@ -97,6 +143,35 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._task_start[task._uuid] = time.time()
+
+    def v2_runner_on_start(self, host, task):
+        self._host_task_start[(host.get_name(), task._uuid)] = time.time()
+
+    def _timeline(self, entry, host, task, data, status, now):
+        """One step of the node's timeline: the task, when it started on this host, how long it
+        took there and how it ended."""
+        start = self._host_task_start.pop((host, task._uuid), None) or self._task_start.get(task._uuid, now)
+        if status == "ok" and data.get("changed"):
+            status = "changed"
+        entry.setdefault("timeline", []).append({
+            "task": _task_name(task), "action": task.action,
+            "start": round(start - self.report["started"], 3), "duration": round(now - start, 3),
+            "status": status})
+
+    def _step_timeline(self, entry, host, task, steps, now):
+        """The steps of one ``nodewright.fleet.maintain`` task, one after the other from the
+        task's start on this host."""
+        start = self._host_task_start.pop((host, task._uuid), None) or self._task_start.get(task._uuid, now)
+        for step in steps:
+            if not isinstance(step, dict):
+                continue
+            seconds = float(step.get("seconds") or 0.0)
+            outcome = "failed" if step.get("failed") else ("changed" if step.get("changed") else "ok")
+            entry.setdefault("timeline", []).append({
+                "task": step.get("name") or "?", "action": step.get("action") or task.action,
+                "start": round(start - self.report["started"], 3), "duration": round(seconds, 3),
+                "status": outcome})
+            start += seconds
 
     def _record(self, result, status):
         host = result._host.get_name()
@@ -116,8 +191,12 @@ class CallbackModule(CallbackBase):
         elif status == "failed":
             status = "failed_ignored"
         # nodewright.fleet.maintain runs the safe sequence as one task: each of its steps
-        # is reported as the task it stands for.
+        # is reported, and drawn on the timeline, as the task it stands for.
         steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+        if steps:
+            self._step_timeline(entry, host, task, steps, entry["last_seen"])
+        else:
+            self._timeline(entry, host, task, data, status, entry["last_seen"])
         for step in steps:
             if isinstance(step, dict) and isinstance(step.get("result"), dict):
                 self._note_package_state(host, step["result"])
@@ -146,6 +225,7 @@ class CallbackModule(CallbackBase):
         self._record(result, "unreachable")
 
     def v2_runner_on_skipped(self, result):
+        self._host_task_start.pop((result._host.get_name(), result._task._uuid), None)
         if self.get_option("include_tasks"):
             self.report["tasks"].append({"task": _task_name(result._task), "host": result._host.get_name(),
                                          "status": "skipped", "result": {}})
@@ -174,10 +254,17 @@ class CallbackModule(CallbackBase):
             counts[entry["outcome"]] = counts.get(entry["outcome"], 0) + 1
         self.report["summary"] = counts
         path = self.get_option("path")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.report, fh, indent=2, sort_keys=True, default=str)
-        os.replace(tmp, path)
+        paths = [path]
+        artifacts = os.environ.get(RUNNER_ARTIFACTS_ENV)
+        if artifacts and os.path.isdir(artifacts) and \
+                os.path.dirname(os.path.abspath(path)) != os.path.abspath(artifacts):
+            paths.append(os.path.join(artifacts, RUNNER_REPORT_NAME))
+        text = json.dumps(self.report, indent=2, sort_keys=True, default=str)
+        page = report_html.render(self.report) if self.get_option("html") else None
+        for where in paths:
+            _write(where, text)
+            if page is not None:
+                _write(report_html.html_path(where), page)
         self._write_metrics()
 
     # --- metrics textfile (NODEWRIGHT_METRICS_TEXTFILE) ----------------------------------
@@ -197,7 +284,5 @@ class CallbackModule(CallbackBase):
         nw_metrics.run_metrics(found, kind, self.report["duration"], not any(
             summary.get(k) for k in ("failed", "unreachable")), self.report["finished"], summary)
         nw_metrics.package_state_metrics(found, self._package_states)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(found.render())
-        os.replace(tmp, path)
+        report_metrics.add_report_metrics(found, self.report, kind)
+        _write(path, found.render())

@@ -207,7 +207,11 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 
 display = Display()
 
-STDOUT, STDERR, STATUS = 1, 2, 3
+# The exec stream's channels. One name per assignment: ansible-doc reads this file's top level
+# and warns (on stderr) about tuple assignments.
+STDOUT = 1
+STDERR = 2
+STATUS = 3
 CHUNK = 64 * 1024
 PING_EVERY = 30.0  # keeps proxies and load balancers from closing a quiet stream
 POLL = 0.5

@@ -122,8 +122,8 @@ def tuning_package_spec(spec, labels=None, os_image=None, node=None, profiles_di
     spec = _plain(spec) or {}
     facts = [{"name": _plain(node) or "node", "labels": _plain(labels) or {}, "os_image": _plain(os_image)}] \
         if (labels or os_image or node) else []
-    rendered, _ = _call(tuning.package_spec_for_nodes, dict(spec, name=spec.get("name") or tuning.PACKAGE_NAME),
-                        facts, profiles_dir=_plain(profiles_dir) or None)
+    rendered, _unused = _call(tuning.package_spec_for_nodes, dict(spec, name=spec.get("name") or tuning.PACKAGE_NAME),
+                              facts, profiles_dir=_plain(profiles_dir) or None)
     return rendered
 
 

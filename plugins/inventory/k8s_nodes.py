@@ -408,8 +408,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         except ClusterError as exc:
             if exc.details.get("status") != 404:
                 raise
-            raise ClusterError("%s: the cluster does not serve %s.%s/%s" % (what, NODEWRIGHT_PLURAL, API_GROUP,
-                                                                          API_VERSION),
+            raise ClusterError("%s: the cluster does not serve %s.%s/%s"
+                               % (what, NODEWRIGHT_PLURAL, API_GROUP, API_VERSION),
                                hint="install NodeWright's CRDs: kubectl apply -f deploy/crds/")
         raise ClusterError("NodeWright %r does not exist in the cluster at %s" % (name, target),
                            hint="kubectl get nodewrights lists the existing ones; check the nodewright option")
@@ -597,7 +597,7 @@ def parse_simple_condition(text):
         return None
     for op in ("==", "!="):
         if op in text:
-            left, _, right = text.partition(op)
+            left, _op, right = text.partition(op)
             path = parse_simple_path(left)
             m = _SIMPLE_LITERAL.match(right)
             if path is None or not m:

@@ -17,6 +17,8 @@ description:
   - Every key is defined once in the collection's C(markers) module utility.
   - Without any of O(status), O(state), O(error), O(event) or O(clear) it only reads, and reports
     C(changed=false).
+  - A O(status) or O(state) the node already records is not written again (C(changed=false); the state's
+    C(updated) time stays that of the last real change).
 options:
   name:
     description: Name of the node.
@@ -111,10 +113,37 @@ conditions:
   type: dict
 """
 
+import json
+
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+
+
+def _state_content(text):
+    """A state annotation's value without its ``updated`` time, for comparison."""
+    try:
+        state = json.loads(text) if text else None
+    except ValueError:
+        return text
+    if isinstance(state, dict):
+        state.pop("updated", None)
+    return state
+
+
+def records_nothing_new(node, patch):
+    """True when every label and annotation of a metadata patch is already on the node."""
+    meta = node.get("metadata") or {}
+    for kind in ("labels", "annotations"):
+        current = meta.get(kind) or {}
+        for key, value in ((patch.get("metadata") or {}).get(kind) or {}).items():
+            if kind == "annotations" and key.startswith(markers.ANNOTATION_STATE_PREFIX):
+                if _state_content(current.get(key)) != _state_content(value):
+                    return False
+            elif current.get(key) != value:
+                return False
+    return True
 
 
 def summary(node, resource):
@@ -140,6 +169,8 @@ def run(module):
     else:
         patch = node_ops.state_patch(node, resource, status=p["status"], state=p["state"]) \
             if (p["status"] or p["state"]) else None
+        if patch and records_nothing_new(node, patch):
+            patch = None
     if patch:
         changed = True
         if not module.check_mode:

@@ -308,6 +308,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner im
     run_packages,
 )
 
+
 def _extract(archive, workdir):
     """Unpack a package archive sent by the action plugin; refuses members that
     would land outside the target."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -307,6 +308,11 @@ def test_the_reconciler_picks_up_a_new_node_and_an_edited_resource(sim, ops):
         assert sample(metrics, "nodewright_rollout_matched_nodes", resource=name, compartment="__default__") == 1
         assert sample(metrics, "nodewright_last_run_success", kind="rollout") == 1
         assert sample(metrics, "nodewright_runtime_required_tainted_nodes") is not None
+        # Every series the Grafana dashboard queries is among what the reconciler serves.
+        dashboard = (pathlib.Path(REPO) / "deploy" / "grafana" / "nodewright-dashboard.json").read_text()
+        queried = set(re.findall(r"\b(nodewright_[a-z0-9_]+)\b", dashboard))
+        assert queried and queried <= set(metrics), sorted(queried - set(metrics))
+        assert sample(metrics, "nodewright_rollout_waves_total", kind="rollout") >= 2
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=180)
@@ -405,6 +411,14 @@ def test_runner_example_prints_per_node_outcomes_and_the_run_writes_metrics(sim,
     assert lines[good].split()[1] == "ok", proc.stdout
     assert lines[bad].split()[1] == "failed" and "maintenance of node %s failed" % bad in lines[bad], proc.stdout
     assert "! %s failed at" % bad in proc.stderr
+    # The run report and its page are in the run's artifacts directory, beside ansible-runner's own files.
+    (artifacts,) = [p for p in (ops.tmp / "runner" / "artifacts").iterdir() if p.is_dir()]
+    assert (artifacts / "stdout").is_file() and (artifacts / "job_events").is_dir()
+    report = json.loads((artifacts / "nodewright-report.json").read_text())
+    assert report["hosts"][bad]["outcome"] == "failed" and report["hosts"][good]["outcome"] == "ok"
+    page = (artifacts / "nodewright-report.html").read_text()
+    assert 'data-node="%s" data-outcome="failed"' % bad in page and 'data-node="%s" data-outcome="ok"' % good in page
+    assert not (ops.tmp / "runner" / "nodewright-report.json").exists()
     parsed = nw_metrics.parse(textfile.read_text())
     assert sample(parsed, "nodewright_last_run_nodes", kind="rollout", outcome="failed") == 1
     assert sample(parsed, "nodewright_last_run_success", kind="rollout") == 0

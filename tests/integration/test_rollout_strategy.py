@@ -409,6 +409,13 @@ def test_wave_runner_drives_the_same_engine_without_the_strategy(tmp_path):
     assert batches["n04"]["ansible_play_batch"] == ["n03", "n04"]
     assert facts["n05"]["nodewright_rollout"]["wave"] == 3
     assert "wave 2: 1 succeeded, 1 failed (n03)" in proc.stdout
+    # Each node's steps count from the rollout's start: a later wave's start after an earlier wave's end.
+    def span(host):
+        steps = proc.json["hosts"][host]["timeline"]
+        return steps[0]["start"], steps[-1]["start"] + steps[-1]["duration"]
+    assert span("n01")[1] <= span("n03")[0] and span("n04")[1] <= span("n05")[0]
+    page = (tmp_path / "runner-report.html").read_text()
+    assert 'data-node="n03" data-outcome="failed"' in page and 'class="group wave" data-wave="3"' in page
 
 
 def test_wave_runner_halts_and_dry_runs(tmp_path):

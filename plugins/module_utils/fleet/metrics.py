@@ -71,7 +71,19 @@ METRICS = {
         "counter", ("kind", "result"), "Runs started by this reconciler, per result"),
     "nodewright_reconciler_ready": (
         "gauge", (), "1 when the reconciler has the permissions it needs and watches the cluster"),
+    "nodewright_drain_duration_seconds": (
+        "histogram", (), "How long each node's drain took (evictions until the pods were gone)"),
+    "nodewright_non_interruptible_wait_seconds": (
+        "histogram", (), "How long each node waited for its non-interruptible pods (training jobs) to finish"),
+    "nodewright_rollout_waves_total": (
+        "counter", ("kind",), "Waves the rollouts of this reconciler started"),
+    "nodewright_node_failures_total": (
+        "counter", ("kind",), "Nodes whose maintenance failed or that were unreachable, over all runs"),
 }
+# Buckets of the duration histograms, in seconds: a drain takes seconds to an hour, a wait for a
+# training job minutes to days.
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0,
+                    24 * 3600.0, float("inf"))
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -105,10 +117,24 @@ class MetricSet(object):
             raise KeyError("unknown metric %s (add it to metrics.METRICS and docs/operating.md)" % name)
         wanted = METRICS[name][1]
         if set(labels) != set(wanted):
-            raise KeyError("metric %s takes labels %s, got %s" % (name, ", ".join(wanted) or "none",
-                                                                   ", ".join(sorted(labels)) or "none"))
+            raise KeyError("metric %s takes labels %s, got %s"
+                           % (name, ", ".join(wanted) or "none", ", ".join(sorted(labels)) or "none"))
         key = tuple((k, str(labels[k])) for k in wanted)
         self._samples.setdefault(name, {})[key] = value
+
+    def observe(self, name, value, **labels):
+        """Add one observation to a histogram (``observe(name, None)`` only makes it exist)."""
+        if METRICS.get(name, ("",))[0] != "histogram":
+            raise KeyError("%s is not a histogram in metrics.METRICS" % name)
+        key = tuple((k, str(labels[k])) for k in METRICS[name][1])
+        hist = self._samples.setdefault(name, {}).setdefault(
+            key, {"buckets": [0] * len(DURATION_BUCKETS), "sum": 0.0, "count": 0})
+        if value is not None:
+            for i, bound in enumerate(DURATION_BUCKETS):
+                if value <= bound:
+                    hist["buckets"][i] += 1
+            hist["sum"] += float(value)
+            hist["count"] += 1
 
     def inc(self, name, amount=1, **labels):
         key = tuple((k, str(labels[k])) for k in METRICS[name][1])
@@ -130,8 +156,20 @@ class MetricSet(object):
             lines.append("# TYPE %s %s" % (name, kind))
             for key, value in sorted(self._samples[name].items()):
                 label_text = ",".join('%s="%s"' % (k, _escape(v)) for k, v in key)
+                if kind == "histogram":
+                    lines.extend(_histogram_lines(name, label_text, value))
+                    continue
                 lines.append("%s%s %s" % (name, "{%s}" % label_text if label_text else "", _number(value)))
         return "\n".join(lines) + "\n" if lines else ""
+
+
+def _histogram_lines(name, label_text, hist):
+    prefix = label_text + "," if label_text else ""
+    for bound, count in zip(DURATION_BUCKETS, hist["buckets"]):
+        le = "+Inf" if math.isinf(bound) else repr(bound)
+        yield '%s_bucket{%sle="%s"} %d' % (name, prefix, le, count)
+    yield "%s_sum%s %s" % (name, "{%s}" % label_text if label_text else "", _number(float(hist["sum"])))
+    yield "%s_count%s %d" % (name, "{%s}" % label_text if label_text else "", hist["count"])
 
 
 _SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+-?[0-9]+)?$')
@@ -156,7 +194,7 @@ def parse(text):
         match = _SAMPLE_RE.match(line)
         if not match:
             raise ValueError("line %d: not a sample: %s" % (number, line))
-        name, _, body, raw, _ts = match.groups()
+        name, _braces, body, raw, _ts = match.groups()
         labels = {}
         rest = body or ""
         while rest.strip():

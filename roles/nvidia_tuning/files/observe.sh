@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # NodeWright nvidia_tuning: read tuning settings back on a host.
 # Run as: sh -c "$(cat observe.sh)" observe PROBE...   (inside a chroot of the host root)
 # Prints one "PROBE<TAB>VALUE" line per probe. PROBE is a setting id
