@@ -29,12 +29,12 @@ MUST_SHIP = ["MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.m
              "packages/sysctl/package.json", "deploy/crds/nodewright.io_nodewrights.yaml",
              "deploy/grafana/nodewright-dashboard.json", "deploy/helm/nodewright/Chart.yaml",
              "docs/operating.md", "inventory/simulator.k8s_nodes.yml", "examples/runner_rollout.py",
-             "bin/nodewright-rollout", "cli/pyproject.toml", "cli/nodewright_cli/reconciler.py",
+             "cli/nodewright_cli/rollout.py", "cli/pyproject.toml", "cli/nodewright_cli/reconciler.py",
              "tests/sanity/ignore-2.19.txt"]
 # Development, test and CI files, build output and local state.
 MUST_NOT_SHIP = [".ci", ".collections", ".venv", ".git", ".gitignore", ".ansible-lint", "Makefile", "pyproject.toml",
                  "requirements-dev.txt", "execution-environment.yml", "collections", "bench", "simulator",
-                 "extensions", "build", "bin/nodewright-demo", "tests/unit", "tests/integration",
+                 "extensions", "build", "bin", "tests/unit", "tests/integration",
                  "tests/fixtures", "tests/conftest.py", "tests/sanity/run.sh", "tests/sanity/get_pip_offline.py",
                  "changelogs/.plugin-cache.yaml", "nodewright-report.json", "nodewright-report.html"]
 
@@ -64,7 +64,7 @@ def test_the_tarball_holds_nothing_of_the_development_tree(listing):
 def test_every_top_level_entry_is_meant_to_ship(listing):
     top = {name.split("/", 1)[0] for name in listing}
     assert top == {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.md", "bindep.txt",
-                   "requirements.txt", "bin", "changelogs", "cli", "deploy", "docs", "examples", "inventory",
+                   "requirements.txt", "changelogs", "cli", "deploy", "docs", "examples", "inventory",
                    "meta", "packages", "playbooks", "plugins", "roles", "tests"}
     assert {name.split("/", 2)[1] for name in listing if name.startswith("tests/")} == {"sanity"}
 
