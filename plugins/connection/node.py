@@ -73,8 +73,18 @@ options:
     type: str
     vars:
       - name: nodewright_node_pod_priority_class
+  host_path:
+    description:
+      - The directory of the node that is mounted as the host's root (a C(hostPath) volume).
+      - V(/) in production. The local simulator's real nodes point it at each node's own host root
+        (the node's annotation C(sim.nodewright.io/host-root)), so that commands never reach the machine
+        that runs the simulator.
+    type: str
+    default: /
+    vars:
+      - name: nodewright_node_pod_host_path
   host_mount:
-    description: Where the host's C(/) is mounted in the pod.
+    description: Where O(host_path) (the host's C(/)) is mounted in the pod.
     type: str
     default: /host
     vars:
@@ -218,12 +228,14 @@ class NodePod(object):
 
     def __init__(self, api, node, namespace=node_pod.DEFAULT_NAMESPACE, image=node_pod.DEFAULT_IMAGE,
                  host_mount=node_pod.DEFAULT_HOST_MOUNT, chroot=True, lifetime=node_pod.DEFAULT_LIFETIME,
-                 image_pull_secrets=(), priority_class=None, timeout=120, clock=time.monotonic, sleep=time.sleep):
+                 image_pull_secrets=(), priority_class=None, timeout=120, clock=time.monotonic, sleep=time.sleep,
+                 host_path=node_pod.DEFAULT_HOST_PATH):
         self.api = api
         self.node = node
         self.namespace = namespace
         self.image = image
         self.host_mount = host_mount
+        self.host_path = host_path
         self.chroot = chroot
         self.lifetime = lifetime
         self.image_pull_secrets = list(image_pull_secrets or ())
@@ -246,7 +258,7 @@ class NodePod(object):
         return node_pod.node_pod_manifest(
             self.node, self.name, namespace=self.namespace, image=self.image, host_mount=self.host_mount,
             lifetime=self.lifetime, image_pull_secrets=self.image_pull_secrets,
-            priority_class=self.priority_class, owner=owner)
+            priority_class=self.priority_class, owner=owner, host_path=self.host_path)
 
     def _core(self):
         from kubernetes import client
@@ -421,6 +433,7 @@ class Connection(ConnectionBase):
             "image_pull_secrets": self.get_option("pod_image_pull_secrets") or [],
             "priority_class": self.get_option("pod_priority_class"),
             "host_mount": self.get_option("host_mount"),
+            "host_path": self.get_option("host_path"),
             "chroot": self.get_option("chroot"),
             "lifetime": self.get_option("pod_lifetime"),
             "timeout": self.get_option("timeout"),
