@@ -202,6 +202,7 @@ EXAMPLES = r"""
 
 import getpass
 import os
+import signal
 import socket
 import time
 import uuid
@@ -339,12 +340,17 @@ class NodePod(object):
                                                  "rebooting accepts the pod once it is back")
             self._sleep(POLL)
 
-    def delete(self):
-        """Delete the pod without waiting; a pod already gone is fine."""
+    def delete(self, fresh_client=False):
+        """Delete the pod without waiting; a pod already gone is fine. ``fresh_client``
+        uses connections of its own (from a signal handler, the usual ones may be busy)."""
         if not self.created:
             return
+        core = self._core()
+        if fresh_client:
+            from kubernetes import client
+            core = client.CoreV1Api(client.ApiClient(self.api.configuration))
         try:
-            k8s_client.call("delete %s" % self.where, self._core().delete_namespaced_pod, self.name,
+            k8s_client.call("delete %s" % self.where, core.delete_namespaced_pod, self.name,
                             self.namespace, grace_period_seconds=0)
         except NodeWrightError as exc:
             if exc.details.get("status") != 404:
@@ -421,9 +427,50 @@ class Connection(ConnectionBase):
     # Commands run as root: a become to root is skipped (ansible compares it with this user).
     default_user = "root"
 
+    # Ansible ends a worker with one of these on Ctrl-C or when it is stopped; the pod
+    # is deleted first, as close() would.
+    CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
     def __init__(self, *args, **kwargs):
         super(Connection, self).__init__(*args, **kwargs)
         self._pod = None
+        self._previous_handlers = {}
+
+    def _delete_on_signal(self, signum, frame):
+        # Ansible follows a SIGINT with a SIGTERM: hold both until the pod is deleted.
+        signal.pthread_sigmask(signal.SIG_BLOCK, self.CLEANUP_SIGNALS)
+        pod, self._pod = self._pod, None
+        if pod is not None:
+            try:
+                # The client's open connections: by now the controller may have removed the
+                # credential files a new connection would need.
+                pod.delete()
+            except Exception:
+                try:
+                    pod.delete(fresh_client=True)
+                except Exception as exc:  # the signal still ends the process
+                    display.warning("could not delete %s: %s" % (pod.where, exc))
+        # The signal was meant to end this process: let it, by its default action.
+        self._previous_handlers = {}
+        for other in self.CLEANUP_SIGNALS:
+            signal.signal(other, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.CLEANUP_SIGNALS)
+
+    def _install_handlers(self):
+        for signum in self.CLEANUP_SIGNALS:
+            try:
+                self._previous_handlers[signum] = signal.signal(signum, self._delete_on_signal)
+            except (ValueError, OSError):  # not the main thread: close() still deletes the pod
+                pass
+
+    def _restore_handlers(self):
+        handlers, self._previous_handlers = self._previous_handlers, {}
+        for signum, previous in handlers.items():
+            try:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
 
     def _settings(self):
         return {
@@ -449,10 +496,13 @@ class Connection(ConnectionBase):
                 api = k8s_client.get_api_client(self._auth())
                 pod = NodePod(api, **settings)
                 display.vvv("starting %s (image %s)" % (pod.where, pod.image), host=settings["node"])
+                self._install_handlers()
+                self._pod = pod
                 pod.start()
             except (node_pod.NodePodError, NodeWrightError, ValueError) as exc:
+                self._pod = None
+                self._restore_handlers()
                 raise AnsibleConnectionFailure("cannot reach node %s: %s" % (settings["node"], exc))
-            self._pod = pod
         self._connected = True
         return self
 
@@ -506,6 +556,7 @@ class Connection(ConnectionBase):
                 display.vvv("deleted %s" % pod.where, host=pod.node)
             except node_pod.NodePodError as exc:
                 display.warning("could not delete %s: %s" % (pod.where, exc))
+        self._restore_handlers()
 
     def reset(self):
         # After a reboot the old pod is dead; the next command starts a new one.
