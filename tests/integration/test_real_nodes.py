@@ -502,31 +502,31 @@ class ReadyWatch(object):
         return self.seen
 
 
-def test_a_reboot_stops_the_kubelet_and_the_node_comes_back_with_a_new_boot_id(real, nodewright_ns, tmp_path):
+def test_a_reboot_stops_the_kubelet_and_the_node_comes_back_with_a_new_boot_id(real, tmp_path):
     node = real.nodes[1]
     ns = real.namespace("reboot")
     pinned_deployment(real, ns, "survivor", node, [container("c", "while true; do sleep 1; done")], grace=1)
     wait_for(lambda: running_ready(real, ns, "app=survivor", node), timeout=60, what="the survivor running")
     before_pod = running_ready(real, ns, "app=survivor", node)[0]
     before_id = real.core.read_node(node).status.node_info.boot_id
-    inventory = real.k8s_inventory(tmp_path, "kubernetes.io/hostname=%s" % node)
     seen = ReadyWatch(real, node)
-    play = [{"hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "Read the boot ID", "nodewright.fleet.node_state": {"name": node}, "delegate_to": "localhost",
-         "register": "before"},
-        {"name": "Reboot through the node's host root", "ansible.builtin.command": "reboot"},
+    sim_cli = os.path.join(os.path.dirname(sys.executable), "nodewright-sim")
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "Read the boot ID", "nodewright.fleet.node_state": {"name": node}, "register": "before"},
+        {"name": "Reboot the node", "ansible.builtin.command": {
+            "argv": [sim_cli, "--name", real.cluster.name, "reboot", node]}},
         {"name": "Wait for the node", "nodewright.fleet.node_wait_ready": {
-            "name": node, "previous_boot_id": "{{ before.boot_id }}", "timeout": 180}, "delegate_to": "localhost"},
+            "name": node, "previous_boot_id": "{{ before.boot_id }}", "timeout": 180}},
     ]}]
     try:
-        proc = real.playbook(tmp_path, play, inventory, env={"ANSIBLE_PYTHON_INTERPRETER": "auto_silent"})
+        proc = real.playbook(tmp_path, play, LOCAL)
         history = seen.stop()
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         after = real.core.read_node(node)
         after_id = after.status.node_info.boot_id
-        assert after_id != before_id and host_result(proc, node, "Read the boot ID")["boot_id"] == before_id
+        assert after_id != before_id and host_result(proc, "localhost", "Read the boot ID")["boot_id"] == before_id
         assert after_id == real.host_file(node, "/proc/sys/kernel/random/boot_id").strip()
-        assert host_result(proc, node, "Wait for the node")["boot_id"] == after_id
+        assert host_result(proc, "localhost", "Wait for the node")["boot_id"] == after_id
         assert real.ready(node)
         assert any(status != "True" for status, _ in history), "the node went NotReady: %s" % history
         assert "boot %s" % after_id in real.host_file(node, "/var/lib/nodewright-sim/actions.log")
@@ -576,3 +576,85 @@ def test_the_rollout_reboots_a_real_node_and_runs_its_post_interrupt_checks(real
     finally:
         seen.stop()
         real.core.patch_node(node, {"metadata": {"labels": {"reboot-real": None}}})
+
+
+# --------------------------------------------------------------------------- the Helm install, for real
+
+def test_the_helm_chart_runs_the_reconciler_on_a_real_node_and_it_rolls_out_kwok_nodes(real, tmp_path):
+    import urllib.request
+    archive, image = reconcilerimage.build(str(tmp_path / "reconciler.oci.tar"))
+    for node in real.nodes:
+        real.real.import_image(node, archive)
+    os.unlink(archive)
+    ns = real.namespace("nwhelm", privileged=True)
+    label = "helm-real-%s" % uuid.uuid4().hex[:6]
+    kwok = real.fleet.add_nodes("gh200", 2)
+    for node in kwok:
+        real.core.patch_node(node, {"metadata": {"labels": {"helm-real": label}}})
+    nodes_dir = os.path.join(real.cluster.dir, "nodes")
+    repository, tag = image.rsplit(":", 1)
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        # On a real node, beside the kwok nodes it maintains.
+        "nodeSelector": {"sim.nodewright.io/real-node": "true"},
+        "reconciler": {"interval": "5s", "logLevel": "debug",
+                       # The kwok nodes' hosts are directories of the simulator: reach them there
+                       # (connection local), with root and chroot, as package steps need.
+                       "extraArgs": ["--connection", "local"],
+                       "extraVolumes": [{"name": "sim-nodes", "hostPath": {"path": nodes_dir, "type": "Directory"}}],
+                       "extraVolumeMounts": [{"name": "sim-nodes", "mountPath": nodes_dir}]},
+        "podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"], "add": ["SYS_CHROOT", "CHOWN", "FOWNER", "DAC_OVERRIDE"]}},
+    }
+    helm = [str(BIN / "helm"), "--kubeconfig", real.kubeconfig]
+    args = ["install", "nw", str(REPO / "deploy" / "helm" / "nodewright"), "--namespace", ns]
+    for key, value in values.items():
+        args += ["--set-json", "%s=%s" % (key, json.dumps(value))]
+    custom = None
+    name = "helm-" + label
+    try:
+        proc = subprocess.run(helm + args, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        selector = "app.kubernetes.io/component=reconciler"
+        pods = wait_for(lambda: running_ready(real, ns, selector), timeout=180,
+                        what="the reconciler pod running on a real node")
+        pod = pods[0]
+        assert pod.spec.node_name in real.nodes
+        assert pod.spec.containers[0].image == image
+        assert pod.spec.service_account_name == "nw-nodewright"
+        custom = client.CustomObjectsApi(real.api)
+        custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "NodeWright", "metadata": {"name": name},
+            "spec": {"nodeSelectors": {"matchLabels": {"helm-real": label}}, "interruptionBudget": {"count": 2},
+                     "packages": {"sysctl": {"version": "1.0.0", "configMap": {"vm.max_map_count": "524288"}}}}})
+
+        def complete():
+            status = custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", name).get("status") or {}
+            return status.get("status") == "complete"
+        try:
+            wait_for(complete, timeout=300, interval=1, what="the in-cluster reconciler's rollout")
+        except AssertionError:
+            logs = real.core.read_namespaced_pod_log(pod.metadata.name, ns, tail_lines=60)
+            raise AssertionError("the reconciler did not complete the rollout; its log:\n%s" % logs)
+        for node in kwok:
+            assert "vm.max_map_count = 524288" in real.host_file(node, "/etc/sysctl.d/90-nodewright-sysctl.conf")
+            assert real.core.read_node(node).metadata.labels["nodewright.io/status-%s" % name] == "complete"
+        # Its metrics, straight from the pod's IP.
+        with urllib.request.urlopen("http://%s:9108/metrics" % pod.status.pod_ip, timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert "nodewright_reconciler_ready 1" in metrics, metrics[:2000]
+    finally:
+        if custom is not None:
+            with_ignored(custom.delete_cluster_custom_object, GROUP, VERSION, "nodewrights", name)
+        subprocess.run(helm + ["uninstall", "nw", "--namespace", ns, "--wait"], capture_output=True)
+        real.core.delete_namespace(ns)
+        for node in kwok:
+            with_ignored(real.core.delete_node, node)
+
+
+def with_ignored(call, *args):
+    try:
+        call(*args)
+    except ApiException:
+        pass
