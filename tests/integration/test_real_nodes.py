@@ -601,6 +601,9 @@ def test_the_helm_chart_runs_the_reconciler_on_a_real_node_and_it_rolls_out_kwok
                        # The kwok nodes' hosts are directories of the simulator: reach them there
                        # (connection local), with root and chroot, as package steps need.
                        "extraArgs": ["--connection", "local"],
+                       # As root, Ansible's temporary files would go to root's home on the read-only
+                       # root file system; the chart's other Ansible paths are under /tmp already.
+                       "extraEnv": [{"name": "ANSIBLE_REMOTE_TMP", "value": "/tmp/.ansible/remote"}],
                        "extraVolumes": [{"name": "sim-nodes", "hostPath": {"path": nodes_dir, "type": "Directory"}}],
                        "extraVolumeMounts": [{"name": "sim-nodes", "mountPath": nodes_dir}]},
         "podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0},
