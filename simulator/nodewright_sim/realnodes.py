@@ -46,7 +46,7 @@ import tempfile
 import time
 
 from nodewright_sim import hostroot, ociimage, pki
-from nodewright_sim.cluster import SimulatorError, bin_dir, cache_dir, pid_alive, state_root
+from nodewright_sim.cluster import SimulatorError, bin_dir, pid_alive, state_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES_FILE = os.path.join(HERE, "real-node-packages.txt")

@@ -94,6 +94,9 @@ def base_layer(log=print):
     if os.path.exists(out):
         return out
     if not shutil.which("debootstrap"):
+        from nodewright_sim.realnodes import install_packages
+        install_packages()
+    if not shutil.which("debootstrap"):
         raise SimulatorError("the reconciler image needs debootstrap: apt-get install debootstrap")
     os.makedirs(images_dir(), exist_ok=True)
     start = time.time()
