@@ -304,6 +304,11 @@ class NodePod(object):
                 "namespace %s does not allow the privileged node pod: %s" % (self.namespace, text),
                 hint="label it: kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged"
                      % self.namespace)
+        if status in (403, 422) and ("ValidatingAdmissionPolicy" in text or "admission webhook" in text):
+            return node_pod.NodePodError(
+                "an admission policy refused the node pod in namespace %s: %s" % (self.namespace, text),
+                hint="the policy named there must admit NodeWright's node pods (label nodewright.io/node-pod=true: "
+                     "privileged, hostPID, hostNetwork, a hostPath of the host's root)")
         if status == 403:
             return node_pod.NodePodError(
                 "not allowed to create pods in namespace %s: %s" % (self.namespace, text),

@@ -693,6 +693,7 @@ class RealNodes(object):
             self.cluster.save(state)
             self._create(name, i, pool, base, images, state)
             names.append(name)
+        self.isolate_hosts(names)
         for name in names:
             self.start_node(name)
         self.wait_ready(names, timeout)
@@ -756,6 +757,49 @@ class RealNodes(object):
         body["metadata"]["annotations"].pop("sim.nodewright.io/boot-id", None)
         body.pop("status", None)
         self.fleet.core.create_node(body)
+
+    def isolate_hosts(self, names):
+        """An admission policy: a pod on a real node (or not yet scheduled) may mount no
+        hostPath outside the simulator's state directory, so nothing in a pod reaches
+        this machine's files."""
+        from kubernetes import client
+        prefix = os.path.abspath(self.cluster.dir) + "/"
+        name = "nodewright-sim-host-isolation"
+        nodes = ", ".join("'%s'" % n for n in names)
+        policy = {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                        "operations": ["CREATE"], "resources": ["pods"]}]},
+                "matchConditions": [{"name": "on-a-real-node-or-unscheduled", "expression":
+                                     "!has(object.spec.nodeName) || object.spec.nodeName == '' || "
+                                     "object.spec.nodeName in [%s]" % nodes}],
+                "validations": [{
+                    "expression": "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || "
+                                  "(v.hostPath.path.startsWith('%s') && !v.hostPath.path.contains('..')))" % prefix,
+                    "message": "the simulator's real nodes run on the machine of the simulator: a hostPath must be "
+                               "below %s (a node's host root is nodes/<node>/root there; the inventory's "
+                               "connection: k8s sets it for node pods)" % prefix}]}}
+        binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                   "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}}
+        adm = client.AdmissionregistrationV1Api(self.fleet.api)
+        adm.create_validating_admission_policy(policy)
+        adm.create_validating_admission_policy_binding(binding)
+        # The API server applies a policy once it has type-checked it.
+        deadline = time.time() + 30
+        probe = {"metadata": {"name": "nodewright-sim-isolation-probe"}, "spec": {
+            "nodeName": names[0], "containers": [{"name": "c", "image": ociimage.BUSYBOX_IMAGE}],
+            "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}}
+        while time.time() < deadline:
+            try:
+                self.fleet.core.create_namespaced_pod("default", probe, dry_run="All")
+            except client.ApiException as exc:
+                if exc.status in (403, 422) and "ValidatingAdmissionPolicy" in (exc.body or ""):
+                    return
+            time.sleep(0.2)
+        raise SimulatorError("the host isolation policy of the real nodes did not take effect within 30s")
 
     # --- one node's processes ----------------------------------------------------
     def start_node(self, name):

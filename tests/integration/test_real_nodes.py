@@ -383,6 +383,26 @@ def test_the_connection_runs_modules_and_package_steps_in_the_nodes_host_root(re
     wait_for(lambda: real.node_pods(node) == [], what="the connection to delete its pods")
 
 
+def test_a_pod_on_a_real_node_cannot_mount_this_machines_root(real, nodewright_ns):
+    from ansible_collections.nodewright.fleet.plugins.connection.node import NodePod
+    from ansible_collections.nodewright.fleet.plugins.module_utils.node_pod import NodePodError
+    node = real.nodes[0]
+    with pytest.raises(NodePodError) as caught:
+        NodePod(real.api, node, namespace=nodewright_ns, timeout=30).start()  # host_path: the default /
+    text = str(caught.value)
+    assert "an admission policy refused the node pod in namespace %s" % nodewright_ns in text
+    assert "nodewright-sim-host-isolation" in text and "a hostPath must be below %s/" % real.cluster.dir in text
+    assert real.node_pods(node) == []
+    # The node's own host root is what its node pods mount.
+    pod = NodePod(real.api, node, namespace=nodewright_ns, timeout=60, host_path=real.host_root(node))
+    pod.start()
+    try:
+        rc, out, _err = pod.exec(["chroot", "/host", "/bin/sh", "-c", "cat /etc/nodewright-sim/node.env"])
+        assert rc == 0 and b"NODE_NAME=%s" % node.encode() in out
+    finally:
+        pod.delete()
+
+
 def test_a_failed_task_and_an_interrupted_play_leave_no_node_pod(real, nodewright_ns, tmp_path):
     node = real.nodes[1]
     inventory = real.k8s_inventory(tmp_path, "kubernetes.io/hostname=%s" % node)
