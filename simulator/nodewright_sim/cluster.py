@@ -325,6 +325,10 @@ class Cluster(object):
         pids = state.get("pids", {})
         order = ["supervisor", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
         names = [n for n in order if n in pids] + [n for n in pids if n not in order]
+        if "etcd" in names and len(names) > 1:
+            # etcd last: a kube-apiserver whose etcd went away first can take 15 s to stop.
+            self._stop_pids(dict(state, pids={n: p for n, p in pids.items() if n != "etcd"}))
+            names = ["etcd"]
         for name in names:
             pid = pids[name]
             if pid_alive(pid):

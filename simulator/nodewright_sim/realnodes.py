@@ -518,6 +518,38 @@ class RealNet(object):
 
 # --------------------------------------------------------------------------- node files
 
+def _link_tree(src, dst):
+    """Hard-link the files of ``src`` into ``dst`` (symlinks copied), keeping what is there."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        target_dir = os.path.join(dst, rel) if rel != "." else dst
+        os.makedirs(target_dir, exist_ok=True)
+        for name in list(dirnames) + filenames:
+            source, target = os.path.join(dirpath, name), os.path.join(target_dir, name)
+            if os.path.islink(source):
+                if not os.path.lexists(target):
+                    os.symlink(os.readlink(source), target)
+                if name in dirnames:
+                    dirnames.remove(name)
+            elif os.path.isfile(source):
+                if os.path.lexists(target):
+                    os.unlink(target)
+                os.link(source, target)
+
+
+def python_layer(sim_dir):
+    """The machine's Python laid out as a host root has it, prepared once per simulator
+    and hard-linked into each real node's host root (like the busybox userland)."""
+    layer = os.path.join(sim_dir, "python-root")
+    if not os.path.exists(os.path.join(layer, ".ready")):
+        shutil.rmtree(layer, ignore_errors=True)
+        for d in ("bin", "usr/lib"):
+            os.makedirs(os.path.join(layer, d), exist_ok=True)
+        _python_into(layer)
+        open(os.path.join(layer, ".ready"), "w").close()
+    return layer
+
+
 def _python_into(root):
     """Give a host root the machine's Python (binary, shared libraries, standard
     library), as a real host has: modules run in the chroot with the host's Python."""
@@ -709,7 +741,8 @@ class RealNodes(object):
         boot_id = hostroot.create(root, base, {
             "name": name, "arch": g["arch"], "gpu_name": g["smi"], "compute_cap": "%s.%s" % (g["major"], g["minor"]),
             "gpu_count": g["count"], "gpu_memory_mib": g["memory"]})
-        _python_into(root)
+        _link_tree(python_layer(self.cluster.dir), root)
+        os.unlink(os.path.join(root, ".ready"))
         with open(os.path.join(root, "etc/machine-id"), "w") as fh:
             fh.write(boot_id.replace("-", "") + "\n")
         prefix = state["realnet"]["prefix"]
