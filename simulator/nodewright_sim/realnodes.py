@@ -270,10 +270,10 @@ def _live_users(record, leaving=None):
             continue
         try:
             with open(os.path.join(state_root(), name, "state.json")) as fh:
-                pid = json.load(fh).get("pids", {}).get("realnet")
+                pids = (json.load(fh).get("pids") or {}).values()
         except (OSError, ValueError):
-            pid = None
-        if pid and pid_alive(pid):
+            pids = ()
+        if any(pid_alive(p) for p in pids):  # a simulator that is still up (or coming up)
             alive.append(name)
     return alive
 
@@ -965,7 +965,10 @@ class RealNodes(object):
             report["nodes"].append(name)
         # Whatever is left under the simulator's cgroups (a node that was being created).
         sim_cg = "/%s/%s" % (CGROUP_TOP, self.cluster.name)
-        kill_cgroup(sim_cg)
+        try:
+            kill_cgroup(sim_cg)
+        except SimulatorError as exc:  # the rest of down goes on; status names what is left
+            report["left"] = str(exc)
         remove_empty_parents(self.cluster.name)
         net = state.get("realnet") or {}
         pid = RealNet.netns_pid(state)

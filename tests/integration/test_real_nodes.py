@@ -200,9 +200,14 @@ def machine_state():
     sysctls = {k: open("/proc/sys/" + k.replace(".", "/")).read().strip() for k in (
         "vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
         "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")}
+    # What a kubelet, containerd and the CNI plugins write by default (other developers'
+    # package installs may change the rest of these directories meanwhile).
+    runtime_paths = {"/run": {"containerd", "netns", "runc", "mount", "nodewright-sim"},
+                     "/var/lib": {"kubelet", "cni", "containerd"}, "/var/log": {"pods", "containers"},
+                     "/opt": {"containerd", "cni"}, "/etc": {"cni", "containerd", "kubernetes"}}
     return {"mounts": mounts, "cgroups": cgroups, "links": sorted(os.listdir("/sys/class/net")),
             "routes": sorted(routes.splitlines()), "sysctls": sysctls,
-            "dirs": {d: listing(d) for d in ("/run", "/var/lib", "/var/log", "/opt", "/etc", "/etc/cni")}}
+            "dirs": {d: sorted(set(listing(d) or ()) & names) for d, names in runtime_paths.items()}}
 
 
 def processes_of(name):
