@@ -487,8 +487,6 @@ class RealNet(object):
             _run(inside + ["ip", "addr", "add", "%s.0.2/24" % prefix, "dev", peer])
             _run(inside + ["ip", "link", "set", peer, "up"])
             _run(inside + ["ip", "route", "add", "default", "via", "%s.0.1" % prefix])
-            with open("/proc/%d/ns/net" % pid):
-                pass
             # Forwarding between the node bridges and the veth, inside the namespace only.
             _run(inside + ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
             port = state["ports"]["apiserver"]
@@ -635,7 +633,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 """
 
 
-def _kubelet_config(node, ip, cgroup, pki_dir, node_dir, boot_id_file):
+def _kubelet_config(ip, cgroup, pki_dir, node_dir):
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "address": ip, "port": 10250, "readOnlyPort": 0, "healthzBindAddress": ip, "healthzPort": 10248,
@@ -780,7 +778,7 @@ class RealNodes(object):
         cgroup = node_cgroup(self.cluster.name, name)
         boot_id_file = os.path.join(root, "proc/sys/kernel/random/boot_id")
         with open(os.path.join(d, "kubelet-config.json"), "w") as fh:
-            json.dump(_kubelet_config(name, ip, cgroup, pki_dir, d, boot_id_file), fh, indent=2)
+            json.dump(_kubelet_config(ip, cgroup, pki_dir, d), fh, indent=2)
         info = {"name": name, "index": index, "ip": ip, "cgroup": cgroup, "pool": pool, "root": root,
                 "boot_id_file": boot_id_file, "images": images, "imported": False, "pid": None, "boots": 0}
         self._save_info(name, info)
