@@ -44,7 +44,7 @@ build etcd "$etcd_version" etcd go.etcd.io/etcd/server/v3 \
   "-X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"
 build kwok "$kwok_version" kwok sigs.k8s.io/kwok/cmd/kwok \
   "-X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}"
-for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   build "$c" "$k8s_version" kubernetes "k8s.io/kubernetes/cmd/$c" "$stamp"
 done
 build helm "$helm_version" helm helm.sh/helm/v3/cmd/helm \

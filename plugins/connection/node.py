@@ -73,8 +73,18 @@ options:
     type: str
     vars:
       - name: nodewright_node_pod_priority_class
+  host_path:
+    description:
+      - The directory of the node that is mounted as the host's root (a C(hostPath) volume).
+      - V(/) in production. The local simulator's real nodes point it at each node's own host root
+        (the node's annotation C(sim.nodewright.io/host-root)), so that commands never reach the machine
+        that runs the simulator.
+    type: str
+    default: /
+    vars:
+      - name: nodewright_node_pod_host_path
   host_mount:
-    description: Where the host's C(/) is mounted in the pod.
+    description: Where O(host_path) (the host's C(/)) is mounted in the pod.
     type: str
     default: /host
     vars:
@@ -192,6 +202,7 @@ EXAMPLES = r"""
 
 import getpass
 import os
+import signal
 import socket
 import time
 import uuid
@@ -223,12 +234,14 @@ class NodePod(object):
 
     def __init__(self, api, node, namespace=node_pod.DEFAULT_NAMESPACE, image=node_pod.DEFAULT_IMAGE,
                  host_mount=node_pod.DEFAULT_HOST_MOUNT, chroot=True, lifetime=node_pod.DEFAULT_LIFETIME,
-                 image_pull_secrets=(), priority_class=None, timeout=120, clock=time.monotonic, sleep=time.sleep):
+                 image_pull_secrets=(), priority_class=None, timeout=120, clock=time.monotonic, sleep=time.sleep,
+                 host_path=node_pod.DEFAULT_HOST_PATH):
         self.api = api
         self.node = node
         self.namespace = namespace
         self.image = image
         self.host_mount = host_mount
+        self.host_path = host_path
         self.chroot = chroot
         self.lifetime = lifetime
         self.image_pull_secrets = list(image_pull_secrets or ())
@@ -251,7 +264,7 @@ class NodePod(object):
         return node_pod.node_pod_manifest(
             self.node, self.name, namespace=self.namespace, image=self.image, host_mount=self.host_mount,
             lifetime=self.lifetime, image_pull_secrets=self.image_pull_secrets,
-            priority_class=self.priority_class, owner=owner)
+            priority_class=self.priority_class, owner=owner, host_path=self.host_path)
 
     def _core(self):
         from kubernetes import client
@@ -296,6 +309,11 @@ class NodePod(object):
                 "namespace %s does not allow the privileged node pod: %s" % (self.namespace, text),
                 hint="label it: kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged"
                      % self.namespace)
+        if status in (403, 422) and ("ValidatingAdmissionPolicy" in text or "admission webhook" in text):
+            return node_pod.NodePodError(
+                "an admission policy refused the node pod in namespace %s: %s" % (self.namespace, text),
+                hint="the policy named there must admit NodeWright's node pods (label nodewright.io/node-pod=true: "
+                     "privileged, hostPID, hostNetwork, a hostPath of the host's root)")
         if status == 403:
             return node_pod.NodePodError(
                 "not allowed to create pods in namespace %s: %s" % (self.namespace, text),
@@ -332,12 +350,17 @@ class NodePod(object):
                                                  "rebooting accepts the pod once it is back")
             self._sleep(POLL)
 
-    def delete(self):
-        """Delete the pod without waiting; a pod already gone is fine."""
+    def delete(self, fresh_client=False):
+        """Delete the pod without waiting; a pod already gone is fine. ``fresh_client``
+        uses connections of its own (from a signal handler, the usual ones may be busy)."""
         if not self.created:
             return
+        core = self._core()
+        if fresh_client:
+            from kubernetes import client
+            core = client.CoreV1Api(client.ApiClient(self.api.configuration))
         try:
-            k8s_client.call("delete %s" % self.where, self._core().delete_namespaced_pod, self.name,
+            k8s_client.call("delete %s" % self.where, core.delete_namespaced_pod, self.name,
                             self.namespace, grace_period_seconds=0)
         except NodeWrightError as exc:
             if exc.details.get("status") != 404:
@@ -414,9 +437,50 @@ class Connection(ConnectionBase):
     # Commands run as root: a become to root is skipped (ansible compares it with this user).
     default_user = "root"
 
+    # Ansible ends a worker with one of these on Ctrl-C or when it is stopped; the pod
+    # is deleted first, as close() would.
+    CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
     def __init__(self, *args, **kwargs):
         super(Connection, self).__init__(*args, **kwargs)
         self._pod = None
+        self._previous_handlers = {}
+
+    def _delete_on_signal(self, signum, frame):
+        # Ansible follows a SIGINT with a SIGTERM: hold both until the pod is deleted.
+        signal.pthread_sigmask(signal.SIG_BLOCK, self.CLEANUP_SIGNALS)
+        pod, self._pod = self._pod, None
+        if pod is not None:
+            try:
+                # The client's open connections: by now the controller may have removed the
+                # credential files a new connection would need.
+                pod.delete()
+            except Exception:
+                try:
+                    pod.delete(fresh_client=True)
+                except Exception as exc:  # the signal still ends the process
+                    display.warning("could not delete %s: %s" % (pod.where, exc))
+        # The signal was meant to end this process: let it, by its default action.
+        self._previous_handlers = {}
+        for other in self.CLEANUP_SIGNALS:
+            signal.signal(other, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.CLEANUP_SIGNALS)
+
+    def _install_handlers(self):
+        for signum in self.CLEANUP_SIGNALS:
+            try:
+                self._previous_handlers[signum] = signal.signal(signum, self._delete_on_signal)
+            except (ValueError, OSError):  # not the main thread: close() still deletes the pod
+                pass
+
+    def _restore_handlers(self):
+        handlers, self._previous_handlers = self._previous_handlers, {}
+        for signum, previous in handlers.items():
+            try:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
 
     def _settings(self):
         return {
@@ -426,6 +490,7 @@ class Connection(ConnectionBase):
             "image_pull_secrets": self.get_option("pod_image_pull_secrets") or [],
             "priority_class": self.get_option("pod_priority_class"),
             "host_mount": self.get_option("host_mount"),
+            "host_path": self.get_option("host_path"),
             "chroot": self.get_option("chroot"),
             "lifetime": self.get_option("pod_lifetime"),
             "timeout": self.get_option("timeout"),
@@ -441,10 +506,13 @@ class Connection(ConnectionBase):
                 api = k8s_client.get_api_client(self._auth())
                 pod = NodePod(api, **settings)
                 display.vvv("starting %s (image %s)" % (pod.where, pod.image), host=settings["node"])
+                self._install_handlers()
+                self._pod = pod
                 pod.start()
             except (node_pod.NodePodError, NodeWrightError, ValueError) as exc:
+                self._pod = None
+                self._restore_handlers()
                 raise AnsibleConnectionFailure("cannot reach node %s: %s" % (settings["node"], exc))
-            self._pod = pod
         self._connected = True
         return self
 
@@ -498,6 +566,7 @@ class Connection(ConnectionBase):
                 display.vvv("deleted %s" % pod.where, host=pod.node)
             except node_pod.NodePodError as exc:
                 display.warning("could not delete %s: %s" % (pod.where, exc))
+        self._restore_handlers()
 
     def reset(self):
         # After a reboot the old pod is dead; the next command starts a new one.

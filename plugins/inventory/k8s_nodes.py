@@ -59,7 +59,9 @@ options:
       - V(ssh) sets C(ansible_connection=ssh) and C(ansible_host) to the node's first address of the types
         in O(address_preference).
       - V(k8s) sets C(ansible_connection=nodewright.fleet.node) (a privileged pod on the node, no SSH) and
-        C(ansible_host) to the node name.
+        C(ansible_host) to the node name; on a node of the local simulator (annotation
+        C(sim.nodewright.io/host-root)) also C(nodewright_node_pod_host_path) to that node's host root, so the
+        pod mounts it instead of C(/).
       - V(local) sets C(ansible_connection=local), C(ansible_python_interpreter) to the controller's Python,
         C(ansible_host) to the node name and
         C(nodewright_host_root) to the node's annotation C(sim.nodewright.io/host-root) (the local
@@ -511,6 +513,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 # Tasks run in this controller's Python (interpreter discovery could pick
                 # another one without the collection's dependencies).
                 variables["ansible_python_interpreter"] = sys.executable
+            elif connection == "k8s" and nf.host_root(facts) != "/":
+                # A simulator node: its node pod mounts the node's own host root, never the
+                # machine's /.
+                variables["nodewright_node_pod_host_path"] = nf.host_root(facts)
             for key, value in variables.items():
                 sink.set_variable(name, key, mark(value) if mark else value)
             for group in nf.default_groups(facts, prefix, kinds):

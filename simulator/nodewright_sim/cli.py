@@ -1,6 +1,6 @@
 """``nodewright-sim``: run the local GPU-fleet simulator.
 
-    nodewright-sim up [--profile dev|mixed|large|all-gpus|bare] [--nodes N] [--name NAME]
+    nodewright-sim up [--profile dev|mixed|large|all-gpus|bare] [--nodes N] [--real-nodes N] [--name NAME]
     nodewright-sim down | status | kubeconfig
     nodewright-sim reboot NODE [--wait]
     nodewright-sim add-nodes --pool POOL --count N [--taint KEY=VALUE:EFFECT]
@@ -18,6 +18,7 @@ import time
 from nodewright_sim import hostroot
 from nodewright_sim.cluster import Cluster, SimulatorError
 from nodewright_sim.fleet import GPUS, PROFILES, Fleet, create_fleet, profile_names
+from nodewright_sim.realnodes import RealNodes, preflight
 
 
 def _mem_mib(pids):
@@ -48,11 +49,19 @@ def cmd_up(args):
     cluster = Cluster(args.name)
     if args.profile not in PROFILES:
         raise SimulatorError("unknown fleet profile %r; known profiles: %s" % (args.profile, ", ".join(profile_names())))
+    if args.real_nodes < 0:
+        raise SimulatorError("--real-nodes must be zero or more")
+    if args.real_nodes:
+        preflight(cluster.dir)  # before anything starts: a machine that cannot run them changes nothing
     t0 = time.time()
-    state = cluster.up(apiserver_port=args.port, reboot_delay=args.reboot_delay)
+    state = cluster.up(apiserver_port=args.port, reboot_delay=args.reboot_delay, kubelet_access=bool(args.real_nodes))
     t1 = time.time()
     try:
         result = create_fleet(cluster, args.profile, args.nodes, wait=not args.no_wait, timeout=args.timeout)
+        if args.real_nodes:
+            t_real = time.time()
+            result["real_nodes"] = RealNodes(cluster).up(args.real_nodes, pool=args.real_pool, timeout=args.timeout)
+            result["real_nodes_seconds"] = round(time.time() - t_real, 1)
     except BaseException:
         cluster.down()
         raise
@@ -69,6 +78,9 @@ def cmd_up(args):
               "control plane RSS %d MiB" % (args.name, result["total_seconds"], result["control_plane_seconds"],
                                             result["fleet_seconds"], result["nodes"], result["pools"],
                                             result.get("pods", "?"), result["control_plane_rss_mib"]))
+        if args.real_nodes:
+            print("real nodes (kubelet + containerd) Ready in %.1fs: %s" % (result["real_nodes_seconds"],
+                                                                        ", ".join(result["real_nodes"])))
         print("export KUBECONFIG=%s" % cluster.kubeconfig)
 
 
@@ -81,7 +93,7 @@ def cmd_status(args):
     cluster = Cluster(args.name)
     st = cluster.status()
     if st.get("running"):
-        st["control_plane_rss_mib"] = _mem_mib(p["pid"] for p in st["processes"].values())
+        st["control_plane_rss_mib"] = _mem_mib(p["pid"] for n, p in st["processes"].items() if n != "realnet")
     print(json.dumps(st, indent=2))
     return 0 if st.get("running") else 1
 
@@ -159,6 +171,10 @@ def build_parser():
     up = sub.add_parser("up", help="start the control plane and create a GPU fleet")
     up.add_argument("--profile", default="dev", help="fleet profile: %s" % ", ".join(profile_names()))
     up.add_argument("--nodes", type=int, help="number of nodes (default: the profile's)")
+    up.add_argument("--real-nodes", type=int, default=0,
+                    help="nodes run by a real kubelet and containerd beside the kwok fleet (default 0; needs root)")
+    up.add_argument("--real-pool", default="h100", choices=sorted(GPUS),
+                    help="GPU pool of the real nodes (labels, GPU capacity; default h100)")
     up.add_argument("--port", type=int, help="kube-apiserver port (default: a free one)")
     up.add_argument("--reboot-delay", type=float, default=3.0, help="seconds a simulated reboot takes")
     up.add_argument("--timeout", type=int, default=300, help="seconds to wait for the fleet to be ready")

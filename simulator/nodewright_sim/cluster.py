@@ -139,7 +139,7 @@ class Cluster(object):
 
     # --- start -------------------------------------------------------------
     def up(self, apiserver_port=None, wait_timeout=120, node_grace_seconds=20, eviction_seconds=30,
-           reboot_delay=3.0):
+           reboot_delay=3.0, kubelet_access=False):
         if self.running():
             raise SimulatorError("simulator %r is already running (kubeconfig %s); run `nodewright-sim down"
                                  "%s` first, or use another --name" % (
@@ -153,7 +153,7 @@ class Cluster(object):
         versions = check_binaries()
         os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
         state = {"name": self.name, "pids": {}, "versions": versions, "reboot_delay": reboot_delay,
-                 "started": time.time()}
+                 "started": time.time(), "kubelet_access": kubelet_access}
         try:
             self._start(state, apiserver_port, wait_timeout, node_grace_seconds, eviction_seconds)
         except BaseException as exc:
@@ -215,7 +215,13 @@ class Cluster(object):
             "--default-unreachable-toleration-seconds=%d" % eviction_seconds,
             "--max-requests-inflight=1600", "--max-mutating-requests-inflight=800",
             "--enable-priority-and-fairness=false",
-            "--profiling=false", "--v=0"])
+            "--profiling=false", "--v=0"] + ([
+                # Real kubelets (realnodes.py): exec and logs go to their node IPs, with a client
+                # certificate, and their serving certificates are checked against the CA.
+                "--kubelet-client-certificate", p + "apiserver-kubelet-client.crt",
+                "--kubelet-client-key", p + "apiserver-kubelet-client.key",
+                "--kubelet-certificate-authority", p + "ca.crt",
+                "--kubelet-preferred-address-types=InternalIP,Hostname"] if state.get("kubelet_access") else []))
         self._wait_http(state, "kube-apiserver", state["server"] + "/readyz", deadline, tls=True)
 
         self._spawn(state, "kube-controller-manager", [
@@ -319,6 +325,10 @@ class Cluster(object):
         pids = state.get("pids", {})
         order = ["supervisor", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
         names = [n for n in order if n in pids] + [n for n in pids if n not in order]
+        if "etcd" in names and len(names) > 1:
+            # etcd last: a kube-apiserver whose etcd went away first can take 15 s to stop.
+            self._stop_pids(dict(state, pids={n: p for n, p in pids.items() if n != "etcd"}))
+            names = ["etcd"]
         for name in names:
             pid = pids[name]
             if pid_alive(pid):
@@ -347,6 +357,9 @@ class Cluster(object):
             if os.path.exists(self.dir):
                 shutil.rmtree(self.dir, ignore_errors=True)
             return False
+        if state.get("real_nodes") or state.get("realnet"):
+            from nodewright_sim.realnodes import RealNodes
+            RealNodes(self).down(state)
         self._stop_pids(state)
         if not keep:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -357,6 +370,10 @@ class Cluster(object):
         if not state:
             return {"name": self.name, "running": False}
         procs = {n: {"pid": p, "alive": pid_alive(p)} for n, p in state.get("pids", {}).items()}
-        return {"name": self.name, "running": all(v["alive"] for v in procs.values()),
-                "server": state.get("server"), "kubeconfig": self.kubeconfig, "processes": procs,
-                "versions": state.get("versions"), "nodes": len(state.get("nodes", {}))}
+        out = {"name": self.name, "running": all(v["alive"] for v in procs.values()),
+               "server": state.get("server"), "kubeconfig": self.kubeconfig, "processes": procs,
+               "versions": state.get("versions"), "nodes": len(state.get("nodes", {}))}
+        if state.get("real_nodes"):
+            from nodewright_sim.realnodes import RealNodes
+            out["real_nodes"] = RealNodes(self).status()
+        return out

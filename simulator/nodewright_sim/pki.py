@@ -77,6 +77,8 @@ def make_pki(d, service_ip="10.0.0.1"):
         "controller-manager": ("system:kube-controller-manager", None),
         "scheduler": ("system:kube-scheduler", None),
         "kwok": ("nodewright-sim-kwok", "system:masters"),
+        # What the API server presents to real kubelets (exec, logs).
+        "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", None),
     }
     for name, (cn, org) in clients.items():
         key = _key()
@@ -89,3 +91,18 @@ def make_pki(d, service_ip="10.0.0.1"):
                                                        serialization.NoEncryption()))
     _write(os.path.join(d, "sa.pub"), sa.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+
+
+def issue(d, name, cn, org=None, server_names=(), client=True):
+    """A certificate signed by the CA in ``d`` (``make_pki``), written as name.crt/.key:
+    a client certificate, or a serving one when ``server_names`` are given."""
+    with open(os.path.join(d, "ca.key"), "rb") as fh:
+        ca_key = serialization.load_pem_private_key(fh.read(), password=None)
+    with open(os.path.join(d, "ca.crt"), "rb") as fh:
+        ca = x509.load_pem_x509_certificate(fh.read())
+    key = _key()
+    crt = _cert(_name(cn, org), ca.subject, key.public_key(), ca_key, server_names=server_names,
+                client=client and not server_names)
+    _write(name + ".key", _pem_key(key))
+    _write(name + ".crt", crt.public_bytes(serialization.Encoding.PEM), 0o644)
+    return name + ".crt", name + ".key"

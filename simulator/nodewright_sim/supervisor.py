@@ -44,7 +44,11 @@ def main(state_dir):
 
     def worker(name, root):
         try:
-            new_id = reboot_node(core, name, root, delay)
+            if os.path.exists(os.path.join(state_dir, "nodes", name, "realnode.json")):
+                from nodewright_sim.realnodes import reboot_real_node
+                new_id = reboot_real_node(state_dir, name, delay)
+            else:
+                new_id = reboot_node(core, name, root, delay)
             print("rebooted %s boot_id=%s" % (name, new_id), flush=True)
         except Exception as exc:  # keep supervising the other nodes
             print("reboot of %s failed: %s" % (name, exc), flush=True)

@@ -407,6 +407,9 @@ def test_connection_presets(sim, tmp_path, fleet):
     assert k8s.hostvars[h100]["ansible_connection"] == "nodewright.fleet.node"
     assert k8s.hostvars[h100]["ansible_host"] == h100
     assert "nodewright_host_root" not in k8s.hostvars[h100]
+    # A simulator node's pod mounts the node's own host root, never the machine's /.
+    assert k8s.hostvars[h100]["nodewright_node_pod_host_path"] == sim.host_root(h100)
+    assert "nodewright_node_pod_host_path" not in k8s.hostvars[b200]
 
     local = inventory(sim, tmp_path, {"label_selectors": ours(), "connection": "local"})
     assert local.hostvars[h100]["ansible_connection"] == "local"

@@ -8,7 +8,8 @@ proven is that the API server accepts the node pod as the chart's ServiceAccount
 creates it, that the chart's Role grants exactly what the connection calls
 (exec included: the request reaches the node instead of being refused), that
 refusals come back with their fix, and that a play through the connection
-leaves no pod behind. docs/connection.md has the end-to-end run on a real cluster."""
+leaves no pod behind. test_real_nodes.py runs the connection end to end on the
+simulator's real kubelet nodes; docs/connection.md has the run on a real cluster."""
 
 from __future__ import annotations
 

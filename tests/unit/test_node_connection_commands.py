@@ -78,10 +78,18 @@ def test_pull_secrets_and_priority_class_are_passed_on():
     assert spec["priorityClassName"] == "system-node-critical"
 
 
+def test_the_host_path_can_be_a_directory_of_the_node():
+    spec = node_pod_manifest("n", "p", host_path="/srv/sim/nodes/n/root")["spec"]
+    assert spec["volumes"] == [{"name": "host", "hostPath": {"path": "/srv/sim/nodes/n/root", "type": "Directory"}}]
+    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/host"
+
+
 @pytest.mark.parametrize("kwargs,problem", [
     ({"host_mount": "/"}, "host_mount"),
     ({"host_mount": "host"}, "host_mount"),
     ({"lifetime": 0}, "lifetime"),
+    ({"host_path": "relative/root"}, "host_path"),
+    ({"host_path": "/srv/../etc"}, "host_path"),
 ])
 def test_nonsense_settings_are_refused(kwargs, problem):
     with pytest.raises(ValueError) as caught:
@@ -269,6 +277,7 @@ def test_options_come_from_inventory_vars(connection):
     assert connection.get_option("namespace") == "ops"
     assert connection.get_option("pod_image") == node_pod.DEFAULT_IMAGE
     assert connection.get_option("chroot") is True and connection.get_option("host_mount") == "/host"
+    assert connection.get_option("host_path") == "/", "production mounts the host's /"
 
 
 def test_become_to_root_is_skipped_because_commands_already_run_as_root(connection):

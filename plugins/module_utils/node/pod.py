@@ -43,6 +43,7 @@ HOST_VOLUME = "host"
 DEFAULT_IMAGE = "docker.io/library/busybox:1.37"
 DEFAULT_NAMESPACE = "nodewright"
 DEFAULT_HOST_MOUNT = "/host"
+DEFAULT_HOST_PATH = "/"
 DEFAULT_LIFETIME = 4 * 3600
 SHELL = "/bin/sh"
 
@@ -94,10 +95,16 @@ def label_value(text):
 
 
 def node_pod_manifest(node, name, namespace=DEFAULT_NAMESPACE, image=DEFAULT_IMAGE, host_mount=DEFAULT_HOST_MOUNT,
-                      lifetime=DEFAULT_LIFETIME, image_pull_secrets=(), priority_class=None, owner=None):
-    """The pod that gives the connection a root shell on ``node``'s host."""
+                      lifetime=DEFAULT_LIFETIME, image_pull_secrets=(), priority_class=None, owner=None,
+                      host_path=DEFAULT_HOST_PATH):
+    """The pod that gives the connection a root shell on ``node``'s host.
+
+    ``host_path`` is the directory of the node that is the host's root: ``/`` in
+    production; the simulator's real nodes point it at each node's own host root."""
     if not host_mount.startswith("/") or host_mount == "/":
         raise ValueError("host_mount must be an absolute path other than / (got %r)" % (host_mount,))
+    if not isinstance(host_path, str) or not host_path.startswith("/") or "/../" in host_path + "/":
+        raise ValueError("host_path must be an absolute path on the node without '..' (got %r)" % (host_path,))
     lifetime = int(lifetime)
     if lifetime <= 0:
         raise ValueError("the pod lifetime must be a positive number of seconds (got %r)" % (lifetime,))
@@ -125,7 +132,7 @@ def node_pod_manifest(node, name, namespace=DEFAULT_NAMESPACE, image=DEFAULT_IMA
             "volumeMounts": [{"name": HOST_VOLUME, "mountPath": host_mount,
                               "mountPropagation": "HostToContainer"}],
         }],
-        "volumes": [{"name": HOST_VOLUME, "hostPath": {"path": "/", "type": "Directory"}}],
+        "volumes": [{"name": HOST_VOLUME, "hostPath": {"path": host_path, "type": "Directory"}}],
     }
     if image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in image_pull_secrets]
