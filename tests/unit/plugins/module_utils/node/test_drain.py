@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""The drain's pod filters (each verdict with its reason) and the reading of a PDB's
+429 refusal, table by table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain
+
+pytestmark = pytest.mark.unit
+
+
+def pod(name="p", ns="ns", owner=("ReplicaSet", "rs"), labels=None, annotations=None, phase="Running",
+        deleting=False, volumes=()):
+    meta = {"name": name, "namespace": ns, "uid": "uid-" + name, "labels": labels or {},
+            "annotations": annotations or {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"volumes": [dict(v) for v in volumes]}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("p, options, verdict, reason", [
+    (pod(), {}, drain.EVICT, "evict (ReplicaSet rs)"),
+    (pod(deleting=True), {}, drain.WAIT, "already terminating"),
+    (pod(phase="Succeeded"), {}, drain.DELETE, "pod has finished (Succeeded)"),
+    (pod(labels={"nodewright.io/node-pod": "true"}), {}, drain.SKIP, "NodeWright's own node-access pod"),
+    (pod(annotations={"kubernetes.io/config.mirror": "x"}), {}, drain.SKIP, "static (mirror) pod stays"),
+    (pod(owner=("DaemonSet", "dcgm")), {}, drain.SKIP, "DaemonSet pod stays (DaemonSet dcgm)"),
+    (pod(owner=("DaemonSet", "dcgm")), {"ignore_daemonsets": False}, drain.REFUSE, "set ignore_daemonsets"),
+    (pod(ns="kube-system"), {"skip_namespaces": ["kube-system"]}, drain.SKIP, "namespace kube-system is skipped"),
+    (pod(labels={"app": "x"}), {"skip_selector": "app=x"}, drain.SKIP, None),
+    (pod(labels={"job": "train"}), {"non_interruptible": "job=train"}, drain.REFUSE, "NodeWright never evicts"),
+    (pod(volumes=[{"name": "s", "emptyDir": {}}]), {}, drain.REFUSE, "set delete_emptydir_data"),
+    (pod(volumes=[{"name": "s", "emptyDir": {}}]), {"delete_emptydir_data": True}, drain.EVICT, None),
+    (pod(owner=None), {}, drain.REFUSE, "not managed by a controller"),
+    (pod(owner=None), {"force": True}, drain.EVICT, "evict (forced, no controller)"),
+])
+def test_each_pod_gets_a_verdict_and_a_reason(p, options, verdict, reason):
+    got, why = drain.classify(p, drain.DrainOptions(**options))
+    assert got == verdict
+    if reason:
+        assert reason in why
+
+
+def test_the_first_filter_that_decides_wins():
+    # A finished DaemonSet pod is removed, not kept: _terminal comes before _daemonset.
+    assert drain.classify(pod(owner=("DaemonSet", "d"), phase="Failed"), drain.DrainOptions())[0] == drain.DELETE
+
+
+def test_the_plan_groups_pods_with_their_reasons():
+    plan = drain.plan_drain([pod("a"), pod("b", owner=("DaemonSet", "d")), pod("c", owner=None)],
+                            drain.DrainOptions())
+    assert [e["pod"] for e in plan[drain.EVICT]] == ["ns/a"]
+    assert plan[drain.SKIP][0]["uid"] == "uid-b" and "DaemonSet" in plan[drain.SKIP][0]["reason"]
+    assert plan[drain.REFUSE][0]["pod"] == "ns/c"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"grace_period": -1}, "grace_period must be 0 or more"),
+    ({"timeout": 0}, "timeout must be between"),
+    ({"max_parallel": 0}, "max_parallel must be between"),
+])
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(ValidationError) as info:
+        drain.DrainOptions(**options)
+    assert message in str(info.value)
+
+
+def test_a_429_names_the_budget_that_refused():
+    body = json.dumps({"kind": "Status", "message": "Cannot evict pod as it would violate the pod's disruption "
+                                                    "budget.",
+                       "details": {"causes": [{"reason": "DisruptionBudget",
+                                               "message": "The disruption budget strict needs 2 healthy pods and "
+                                                          "has 2 currently"}]}})
+    name, message = drain.pdb_from_429(body)
+    assert name == "strict" and "needs 2 healthy pods" in message
+    assert drain.pdb_from_429(body.encode()) == (name, message)
+
+
+@pytest.mark.parametrize("body, expected", [
+    ('{"message": "too many requests"}', (None, "too many requests")),
+    ("not json at all", (None, "not json at all")),
+    (None, (None, "")),
+])
+def test_a_429_without_a_budget_keeps_the_servers_message(body, expected):
+    assert drain.pdb_from_429(body) == expected
+
+
+def test_a_failed_drain_says_what_kept_each_pod():
+    text = drain.describe_failure("n1", {"blocking_pdbs": [{"pdb": "ns/strict", "message": "needs 2",
+                                                            "pods": ["ns/a"]}],
+                                         "errors": {"ns/b": "forbidden"}, "still_present": ["ns/a", "ns/b", "ns/c"],
+                                         "timed_out": True}, 30)
+    assert text.startswith("drain of node n1 timed out after 30s")
+    assert "PodDisruptionBudget ns/strict allowed no disruption (needs 2) for ns/a" in text
+    assert "ns/b: forbidden" in text and "still terminating: ns/c" in text and "stays cordoned" in text
