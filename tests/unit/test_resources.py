@@ -97,11 +97,12 @@ def test_pause_and_disable_annotations():
     ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "apiVersion", "expected nodewright.io"),
     (dict(nodewright(), apiVersion="skyhook.nvidia.com/v1alpha1", kind="NodeWright"), "apiVersion", "expected"),
     (nodewright(name=None), "metadata.name", "non-empty string"),
-    (nodewright(name="GPU"), "metadata.name", "'GPU' is not valid"),
-    (nodewright(name="a" * 57), "metadata.name", "limit is 56"),
+    (nodewright(name="GPU"), "metadata.name", "'GPU' is not a valid NodeWright name: it has upper-case letters"),
+    (nodewright(name="a" * 57), "metadata.name", "57 characters long; a NodeWright name is a DNS-1123 subdomain: at most 56"),
     (nodewright({"bogus": 1}), "spec.bogus", "unknown field"),
     (nodewright({"nodeSelectors": "pool=a"}), "spec.nodeSelectors", "must be a mapping"),
-    (nodewright({"nodeSelectors": {"matchLabels": {"bad key": "x"}}}), "spec.nodeSelectors", "invalid label key"),
+    (nodewright({"nodeSelectors": {"matchLabels": {"bad key": "x"}}}), "spec.nodeSelectors",
+     "'bad key' is not a valid label key: it contains white space"),
     (nodewright({"podNonInterruptLabels": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
      "spec.podNonInterruptLabels.matchExpressions[0]", "In needs values"),
     (nodewright({"interruptionBudget": {"percent": 10, "count": 2}}), "spec.interruptionBudget", "both percent and count"),
@@ -110,13 +111,15 @@ def test_pause_and_disable_annotations():
     (nodewright({"interruptionBudget": {"count": 0}}), "spec.interruptionBudget.count", ">= 1"),
     (nodewright({"interruptionBudget": {"percent": 10}, "deploymentPolicy": "p"}), "spec.interruptionBudget",
      "both interruptionBudget and deploymentPolicy"),
-    (nodewright({"deploymentPolicy": "Bad_Name"}), "spec.deploymentPolicy", "is not valid"),
+    (nodewright({"deploymentPolicy": "Bad_Name"}), "spec.deploymentPolicy", "is not a valid DeploymentPolicy name"),
     (nodewright({"deploymentPolicyOptions": {"resetBatchStateOnCompletion": True}}), "spec.deploymentPolicyOptions",
      "without deploymentPolicy"),
     (nodewright({"deploymentPolicy": "p", "deploymentPolicyOptions": {"reset": True}}),
      "spec.deploymentPolicyOptions.reset", "unknown field"),
-    (nodewright({"priority": 0}), "spec.priority", ">= 1"),
-    (nodewright({"priority": "high"}), "spec.priority", ">= 1"),
+    (nodewright({"priority": 0}), "spec.priority", "from 1 to 9223372036854775807"),
+    (nodewright({"priority": "high"}), "spec.priority", "from 1 to 9223372036854775807"),
+    (nodewright({"priority": 10 ** 30}), "spec.priority", "a 64-bit integer, as the CRD takes it"),
+    (nodewright({"priority": 2 ** 63}), "spec.priority", "got 9223372036854775808"),
     (nodewright({"runtimeRequired": "yes"}), "spec.runtimeRequired", "true or false"),
     (nodewright({"autoTaintNewNodes": True}), "spec.autoTaintNewNodes", "needs runtimeRequired"),
     (nodewright({"additionalTolerations": {}}), "spec.additionalTolerations", "must be a list"),
@@ -202,7 +205,7 @@ def test_a_skyhook_object_is_pointed_at_the_converter():
     obj = dict(nodewright(), apiVersion="skyhook.nvidia.com/v1alpha1", kind="Skyhook")
     with pytest.raises(ValidationError) as err:
         validate_nodewright(obj)
-    assert "skyhook_convert" in err.value.hint
+    assert "nodewright.fleet.desired_state" in err.value.hint
 
 
 @pytest.mark.parametrize("version", ["0.0.1", "1.2.3", "10.20.30", "1.0.0-alpha", "1.0.0-rc.1+build.7",

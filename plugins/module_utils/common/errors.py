@@ -32,12 +32,18 @@ class ValidationError(NodeWrightError):
         self.source = source
         self.line = line
         where = []
-        if source:
+        if source and not _names_itself(message, str(source)):
             where.append(str(source) + (":%d" % line if line else ""))
-        if field:
+        # "timeout must be ..." needs no "timeout: " in front of it.
+        if field and not _names_itself(message, field):
             where.append(field)
         prefix = (": ".join(where) + ": ") if where else ""
         super().__init__(prefix + message, hint=hint)
+
+
+def _names_itself(message, where):
+    """Whether ``message`` already starts with ``where`` (its field or source)."""
+    return message.startswith(where) and message[len(where):len(where) + 1] in (" ", ":", "")
 
 
 class SelectorError(ValidationError):
