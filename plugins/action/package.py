@@ -24,6 +24,8 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
@@ -78,10 +80,9 @@ def load_controller_package(path):
         return load_package(path)
     if yaml is None:  # pragma: no cover
         raise AnsibleError("reading %s needs PyYAML on the controller" % manifest)
-    with open(manifest) as fh:
-        text = fh.read()
+    text = safe_load.read_text(manifest)
     try:
-        data = yaml.safe_load(text)
+        data = safe_load.load_yaml(text, source=manifest)
         lines = yaml_line_map(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -179,6 +180,7 @@ class ActionModule(ActionBase):
         staging = tempfile.mkdtemp(prefix="nodewright-package-")
         try:
             try:
+                names.nodewright_name(args.get("resource", "default"), "resource")
                 specs, as_list = self._specs(args)
                 sent = self._transfer(self._validate(specs, staging), staging)
             except PackageError as exc:

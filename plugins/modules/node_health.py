@@ -122,7 +122,7 @@ validation_job:
 
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
@@ -134,6 +134,10 @@ def run(module):
     api = module.api_client()
     core = node_ops.core_api(api)
     name = p["name"]
+    names.node_name(name, "name")
+    names.labels(p["labels"], "labels")
+    if p["validation_job"] is not None:
+        node_waits.check_validation_job(p["validation_job"])
     node_waits.validate_timeout(p["timeout"])
     deadline = time.monotonic() + p["timeout"]
     while True:
@@ -161,6 +165,7 @@ def run(module):
         remaining = max(1, int(deadline - time.monotonic()))
         job = node_waits.run_validation_job(api, name, p["validation_job"], remaining)
         result["validation_job"] = job
+        result["changed"] = True  # a Job was created in the cluster
         if not job["succeeded"]:
             result["healthy"] = False
             raise NodeWrightError("node %s failed its validation job %s: %s" % (name, job["job"], job["message"]),

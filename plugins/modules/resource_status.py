@@ -71,9 +71,10 @@ resource_status:
 
 import json
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, check_text
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     RESOURCE_STATUSES,
     compute_status,
@@ -87,6 +88,9 @@ except ImportError:
 
 def run(module):
     p = module.params
+    names.nodewright_name(p["name"], "name")
+    names.node_names(p["targets"], "targets")
+    check_text(p["status_message"], "status_message", max_length=32768)
     api = module.api_client()
     custom = k8s_client.CustomObjectsApi(api)
     core = k8s_client.CoreV1Api(api)

@@ -146,6 +146,9 @@ def read_settings(variables):
                                    "DeploymentPolicy resource); see docs/rollout.md" % (VAR_POLICY, VAR_POLICY_NAME))
     if name is not None and not isinstance(name, str):
         raise NodeWrightError("%s must be the name of a DeploymentPolicy, got %r" % (VAR_POLICY_NAME, name))
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+    if name:
+        names.object_name(name, VAR_POLICY_NAME, "DeploymentPolicy")
     auth = variables.get(VAR_K8S_AUTH) or {}
     if not isinstance(auth, dict):
         raise NodeWrightError("%s must be a mapping of Kubernetes connection options (kubeconfig, context, host, "
@@ -155,6 +158,8 @@ def read_settings(variables):
     if state_resource is not None and not isinstance(state_resource, str):
         raise NodeWrightError("%s must be the name of a NodeWright resource, got %r"
                               % (VAR_STATE_RESOURCE, state_resource))
+    if state_resource:
+        names.nodewright_name(state_resource, VAR_STATE_RESOURCE)
     return RolloutSettings(policy_spec=spec, policy_name=name or None,
                            wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
                            k8s_auth=dict(auth), driver=driver, state_resource=state_resource or None)
@@ -177,8 +182,8 @@ def _api(auth):
 
 def fetch_deployment_policy(name, auth=None):
     """The spec of the cluster-scoped DeploymentPolicy ``name``, parsed (ClusterError/ValidationError)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
-    path = "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, DEPLOYMENT_POLICY_PLURAL, name)
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, get_json
+    path = api_path("%s/%s" % (API_GROUP, API_VERSION), DEPLOYMENT_POLICY_PLURAL, name, field=VAR_POLICY_NAME)
     obj = get_json(_api(auth), path, "read DeploymentPolicy %s" % name)
     return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
 
@@ -245,8 +250,9 @@ def state_patch(state, nodes, previous_status=None):
 
 def fetch_resource(name, auth=None):
     """The NodeWright resource ``name`` as the API server has it (ClusterError when it cannot be read)."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
-    return get_json(_api(auth), "/apis/%s/%s/%s/%s" % (API_GROUP, API_VERSION, NODEWRIGHT_PLURAL, name),
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, get_json
+    return get_json(_api(auth), api_path("%s/%s" % (API_GROUP, API_VERSION), NODEWRIGHT_PLURAL, name,
+                                         name_rule="nodewright", field=VAR_STATE_RESOURCE),
                     "read NodeWright %s" % name)
 
 
@@ -319,7 +325,8 @@ def node_from_vars(host, variables):
 def fetch_nodes(names, auth=None):
     """name → node view for Nodes read from the API; names that are no Node are left out."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, list_pages
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names as k8s_names
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, get_json, list_pages
     api = _api(auth)
     wanted = set(names)
     found = {}
@@ -331,13 +338,15 @@ def fetch_nodes(names, auth=None):
                                    "creationTimestamp": meta.get("creationTimestamp")}
 
     if len(wanted) > _NODE_GET_LIMIT:
-        for page in list_pages(api, "/api/v1/nodes", "list nodes"):
+        for page in list_pages(api, api_path("v1", "nodes"), "list nodes"):
             for obj in page:
                 keep(obj)
         return found
     for name in sorted(wanted):
+        if not k8s_names.is_subdomain(name):
+            continue  # an inventory host that cannot be a Node's name is no Node: nothing to ask
         try:
-            keep(get_json(api, "/api/v1/nodes/%s" % name, "read node %s" % name))
+            keep(get_json(api, api_path("v1", "nodes", name, name_rule="node"), "read node %s" % name))
         except ClusterError as exc:
             if exc.details.get("status") != 404:
                 raise

@@ -38,10 +38,18 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import from_label_selector
 
 
+def _order_key(resource):
+    spec = resource.get("spec") if isinstance(resource.get("spec"), dict) else {}
+    priority = spec.get("priority", DEFAULT_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        priority = DEFAULT_PRIORITY  # validation reports it; the order must not fail on it
+    metadata = resource.get("metadata") if isinstance(resource.get("metadata"), dict) else {}
+    return priority, str(metadata.get("name") or "")
+
+
 def order_resources(resources):
     """Priority order: lower priority value first, then name (as Skyhook does)."""
-    return sorted(resources, key=lambda r: (r.get("spec", {}).get("priority", DEFAULT_PRIORITY),
-                                            r["metadata"]["name"]))
+    return sorted(resources, key=_order_key)
 
 
 def targeted_nodes(resource, nodes):

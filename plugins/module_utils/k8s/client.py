@@ -282,6 +282,16 @@ def _segment(value):
     return quote(value, safe="")
 
 
+def group_path(group_version):
+    """``/api/v1`` or ``/apis/GROUP/VERSION`` (the discovery document of a group version), validated."""
+    group, slash, version = str(group_version).rpartition("/")
+    if not _VERSION_RE.match(version) or (slash and not names.is_subdomain(group)) or (not slash and version != "v1"):
+        raise names.InvalidName("%r is not an API group version" % (group_version,), field="apiVersion",
+                                hint="e.g. v1, apps/v1 or nodewright.io/v1alpha1")
+    parts = ["api", version] if not slash else ["apis", group, version]
+    return "/" + "/".join(_segment(p) for p in parts)
+
+
 def api_path(group_version, plural, name=None, namespace=None, subresource=None, name_rule="subdomain",
              field="name", namespace_field="namespace", kind=None):
     """``/api/v1/[namespaces/NS/]PLURAL[/NAME[/SUBRESOURCE]]`` (``/apis/GROUP/VERSION/...`` for
@@ -291,15 +301,12 @@ def api_path(group_version, plural, name=None, namespace=None, subresource=None,
     ``label`` (DNS-1123 label), ``nodewright`` or ``segment`` (any name that is a single
     path segment). ``field`` and ``namespace_field`` name the option the values came from,
     for the error; ``kind`` names the kind in it (default: the plural)."""
-    group, slash, version = str(group_version).rpartition("/")
-    if not _VERSION_RE.match(version) or (slash and not names.is_subdomain(group)):
-        raise names.InvalidName("%r is not an API group version" % (group_version,), field="apiVersion",
-                                hint="e.g. v1, apps/v1 or nodewright.io/v1alpha1")
+    base = group_path(group_version)
     if not _PLURAL_RE.match(plural or "") or (subresource is not None and not _PLURAL_RE.match(subresource)):
         raise names.InvalidName("%r is not a resource name" % ("%s/%s" % (plural, subresource)
                                                                  if subresource else plural,),
                                 hint="a bug in the caller: resources are fixed lower-case words")
-    parts = ["api", version] if not slash else ["apis", group, version]
+    parts = []
     if namespace is not None:
         parts += ["namespaces", names.namespace(namespace, namespace_field)]
     parts.append(plural)
@@ -310,7 +317,7 @@ def api_path(group_version, plural, name=None, namespace=None, subresource=None,
             parts.append(subresource)
     elif subresource:
         raise names.InvalidName("subresource %s needs a name" % subresource)
-    return "/" + "/".join(_segment(p) for p in parts)
+    return base + "/" + "/".join(_segment(p) for p in parts)
 
 
 # --- Raw JSON reads -------------------------------------------------------------------
