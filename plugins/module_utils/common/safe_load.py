@@ -218,19 +218,31 @@ def load_json_file(path, limits=DEFAULT_LIMITS):
 
 
 def _children(item):
-    return list(item.keys()) + list(item.values()) if isinstance(item, dict) else list(item)
+    # The base types' own methods: a subclass (a lazily templated container) is read as
+    # it is stored, without rendering each value on the way.
+    if isinstance(item, dict):
+        return list(dict.keys(item)) + list(dict.values(item))
+    if isinstance(item, list):
+        return list(list.__iter__(item))
+    return list(tuple.__iter__(item))
 
 
 def _container(item):
     return isinstance(item, (dict, list, tuple))
 
 
-def bounded_size(value, limit=MAX_VALUES):
+def bounded_size(value, limit=MAX_VALUES, unwrap=None):
     """The number of values in already-loaded data (dicts, lists, scalars), a shared
     object counted every time it is reached, as ``json.dumps`` or a deep copy would
     meet it - for data loaded by someone else (ansible-core's variables) that may share
     objects the way a YAML bomb does. Each distinct object is walked once; the count
-    stops at ``limit + 1``."""
+    stops at ``limit + 1``. ``unwrap(child)`` may turn a stored placeholder into the
+    value it stands for (the filter plugin's: ansible-core's not yet rendered values)."""
+    if unwrap is not None:
+        def children(item):
+            return [unwrap(c) for c in _children(item)]
+    else:
+        children = _children
     if not _container(value):
         return 1
     seen = {}
@@ -242,7 +254,7 @@ def bounded_size(value, limit=MAX_VALUES):
         if finished:
             on_path.discard(key)
             size = 1
-            for child in _children(item):
+            for child in children(item):
                 size += seen.get(id(child), 1) if _container(child) else 1  # a cycle counts once
                 if size > limit:
                     size = limit + 1
@@ -253,6 +265,6 @@ def bounded_size(value, limit=MAX_VALUES):
             continue
         on_path.add(key)
         stack.append((item, True))
-        stack.extend((child, False) for child in _children(item)
+        stack.extend((child, False) for child in children(item)
                      if _container(child) and id(child) not in seen and id(child) not in on_path)
     return seen[id(value)]

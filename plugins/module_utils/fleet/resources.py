@@ -125,7 +125,7 @@ def _string(value, where, what, pattern=None, max_length=None, hint=None):
     if max_length is not None and len(value) > max_length:
         raise ValidationError("%s is %d characters; the limit is %d" % (what, len(value), max_length),
                               field=where, hint=hint)
-    if pattern is not None and not _RE[pattern].match(value):
+    if pattern is not None and not _RE[pattern].fullmatch(value):
         raise ValidationError("%s %r is not valid" % (what, value), field=where, hint=hint)
     return value
 
@@ -164,7 +164,7 @@ def _label_selector(value, where):
 
 def validate_semver(value, where, what="version"):
     return _string(value, where, what, "semver", 128,
-                   hint="use semantic versioning MAJOR.MINOR.PATCH, e.g. 1.2.3 or 2.0.0-rc.1 (no leading v)")
+                   hint="use semantic versioning MAJOR.MINOR.PATCH, e.g. 1.2.3 or 2.0.0-rc.1, with no leading v")
 
 
 def _interrupt(value, where):
@@ -407,6 +407,21 @@ def _toleration(item, here):
     problems.raise_if_any()
 
 
+def _dependency_view(raw_packages, packages):
+    """``{name: {version, dependsOn}}`` of every package: the validated ones as they are,
+    a broken one with its version and the dependsOn entries whose version is valid."""
+    view = {}
+    for name, pkg in raw_packages.items():
+        if name in packages:
+            view[name] = packages[name]
+        elif isinstance(pkg, dict):
+            depends = pkg.get("dependsOn") if isinstance(pkg.get("dependsOn"), dict) else {}
+            view[name] = {"version": pkg.get("version"),
+                          "dependsOn": {d: v for d, v in depends.items()
+                                        if isinstance(v, str) and _RE["semver"].fullmatch(v)}}
+    return view
+
+
 def _tolerations(value, where):
     if not isinstance(value, list):
         raise ValidationError("must be a list of tolerations", field=where)
@@ -467,8 +482,9 @@ def validate_nodewright(obj):
                         hint="2-43 characters: lowercase letters, digits and '-', starting and ending with a letter")
                 packages[name] = _package(name, pkg, here)
             packages_ok = packages_ok and not one.failed
-        # Dependencies between the packages that are themselves right (a broken one is reported above).
-        _check_dependencies({n: p for n, p in packages.items() if "version" in p}, "spec.packages")
+        # Dependencies are checked for every package, a broken one too (as far as its
+        # version and dependsOn can be read), so that each dependency problem is named.
+        _check_dependencies(_dependency_view(raw_packages, packages), "spec.packages")
     out_spec["packages"] = packages
 
     with problems.collect():

@@ -285,7 +285,7 @@ def _segment(value):
 def group_path(group_version):
     """``/api/v1`` or ``/apis/GROUP/VERSION`` (the discovery document of a group version), validated."""
     group, slash, version = str(group_version).rpartition("/")
-    if not _VERSION_RE.match(version) or (slash and not names.is_subdomain(group)) or (not slash and version != "v1"):
+    if not _VERSION_RE.fullmatch(version) or (slash and not names.is_subdomain(group)) or (not slash and version != "v1"):
         raise names.InvalidName("%r is not an API group version" % (group_version,), field="apiVersion",
                                 hint="e.g. v1, apps/v1 or nodewright.io/v1alpha1")
     parts = ["api", version] if not slash else ["apis", group, version]
@@ -302,7 +302,7 @@ def api_path(group_version, plural, name=None, namespace=None, subresource=None,
     path segment). ``field`` and ``namespace_field`` name the option the values came from,
     for the error; ``kind`` names the kind in it (default: the plural)."""
     base = group_path(group_version)
-    if not _PLURAL_RE.match(plural or "") or (subresource is not None and not _PLURAL_RE.match(subresource)):
+    if not _PLURAL_RE.fullmatch(plural or "") or (subresource is not None and not _PLURAL_RE.fullmatch(subresource)):
         raise names.InvalidName("%r is not a resource name" % ("%s/%s" % (plural, subresource)
                                                                  if subresource else plural,),
                                 hint="a bug in the caller: resources are fixed lower-case words")

@@ -119,17 +119,17 @@ def _require_string(value, field, what, error):
 
 
 def is_subdomain(value):
-    return isinstance(value, str) and len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_SUBDOMAIN_RE.match(value))
+    return isinstance(value, str) and len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_SUBDOMAIN_RE.fullmatch(value))
 
 
 def is_dns_label(value):
-    return isinstance(value, str) and len(value) <= DNS1123_LABEL_MAX and bool(_LABEL_RE.match(value))
+    return isinstance(value, str) and len(value) <= DNS1123_LABEL_MAX and bool(_LABEL_RE.fullmatch(value))
 
 
 def subdomain(value, field, what="name", fix=None, max_length=DNS1123_SUBDOMAIN_MAX, error=InvalidName):
     """``value`` when it is a DNS-1123 subdomain of at most ``max_length`` characters."""
     _require_string(value, field, what, error)
-    if len(value) <= max_length and _SUBDOMAIN_RE.match(value):
+    if len(value) <= max_length and _SUBDOMAIN_RE.fullmatch(value):
         return value
     rule = SUBDOMAIN_RULE if max_length == DNS1123_SUBDOMAIN_MAX else \
         SUBDOMAIN_RULE.replace("at most 253", "at most %d" % max_length)
@@ -137,13 +137,13 @@ def subdomain(value, field, what="name", fix=None, max_length=DNS1123_SUBDOMAIN_
     if problem.startswith("it must start") and (".." in value or ".-" in value or "-." in value):
         problem = "each part between dots must start and end with a letter or digit"
     _refuse(value, field, what, rule, problem, fix or "use the %s as Kubernetes shows it" % what,
-            _suggestion(value, lambda v: len(v) <= max_length and bool(_SUBDOMAIN_RE.match(v))), error)
+            _suggestion(value, lambda v: len(v) <= max_length and bool(_SUBDOMAIN_RE.fullmatch(v))), error)
 
 
 def dns_label(value, field, what="name", fix=None, error=InvalidName):
     """``value`` when it is a DNS-1123 label."""
     _require_string(value, field, what, error)
-    if len(value) <= DNS1123_LABEL_MAX and _LABEL_RE.match(value):
+    if len(value) <= DNS1123_LABEL_MAX and _LABEL_RE.fullmatch(value):
         return value
     _refuse(value, field, what, LABEL_RULE, _problem(value, _LABEL_CHARS, DNS1123_LABEL_MAX, True),
             fix or "use the %s as Kubernetes shows it" % what, _suggestion(value, is_dns_label), error)
@@ -180,8 +180,8 @@ def nodewright_name(value, field="name"):
     """A NodeWright resource's name: a DNS-1123 subdomain of at most 56 characters,
     because it becomes part of label keys on nodes (``nodewright.io/status-<name>``)."""
     return subdomain(value, field, "NodeWright name", max_length=NODEWRIGHT_NAME_MAX,
-                     fix="give the name as `kubectl get nodewrights` prints it (at most %d characters: the "
-                         "name is part of label keys on nodes)" % NODEWRIGHT_NAME_MAX)
+                     fix="give the name as `kubectl get nodewrights` prints it; at most %d characters, as the "
+                         "name is part of label keys on nodes" % NODEWRIGHT_NAME_MAX)
 
 
 def qualified_key(key, field, what="label key", error=InvalidName):
@@ -192,10 +192,10 @@ def qualified_key(key, field, what="label key", error=InvalidName):
         problem = "the prefix before '/' is empty"
     elif slash and "/" in prefix:
         problem = "it has more than one '/'"
-    elif slash and not (len(prefix) <= DNS1123_SUBDOMAIN_MAX and _SUBDOMAIN_RE.match(prefix)):
+    elif slash and not (len(prefix) <= DNS1123_SUBDOMAIN_MAX and _SUBDOMAIN_RE.fullmatch(prefix)):
         problem = "its prefix %s is not a DNS-1123 subdomain (%s)" % (
             _show(prefix), _problem(prefix, _SUBDOMAIN_CHARS, DNS1123_SUBDOMAIN_MAX, True))
-    elif len(name) <= QUALIFIED_NAME_MAX and _QUALIFIED_RE.match(name):
+    elif len(name) <= QUALIFIED_NAME_MAX and _QUALIFIED_RE.fullmatch(name):
         return key
     else:
         problem = _problem(name, _NAME_CHARS, QUALIFIED_NAME_MAX, False)
@@ -219,7 +219,7 @@ def taint_key(key, field):
 def label_value(value, field, error=InvalidName):
     """A label value (also the value of a taint and of a selector requirement)."""
     _require_string(value, field, "label value", error)
-    if len(value) <= LABEL_VALUE_MAX and _VALUE_RE.match(value):
+    if len(value) <= LABEL_VALUE_MAX and _VALUE_RE.fullmatch(value):
         return value
     _refuse(value, field, "label value", VALUE_RULE, _problem(value, _NAME_CHARS, LABEL_VALUE_MAX, False),
             "quote numbers and booleans in YAML; e.g. \"true\" or h100", error=error)
