@@ -28,7 +28,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common import saf
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
+    CONFIG_KEY_RE,
     MANIFEST_JSON,
     MANIFEST_YAML,
     PackageError,
@@ -89,6 +91,21 @@ def load_controller_package(path):
         raise PackageError([ValidationError("not valid YAML: %s" % getattr(exc, "problem", exc), source=manifest,
                                             line=mark.line + 1 if mark else None)])
     return package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
+
+
+def check_config_keys(config, field):
+    """Config keys become file names on the host (``configmaps/<key>``): each is checked
+    here, before the package is looked at, and every bad one is named."""
+    if not isinstance(config, dict):
+        return
+    problems = Problems()
+    for key in config:
+        if not isinstance(key, str) or not CONFIG_KEY_RE.fullmatch(key) or key in (".", ".."):
+            problems.add(ValidationError("config key %r cannot be a file name" % (key,),
+                                         field='%s["%s"]' % (field, key),
+                                         hint="use letters, digits, '-', '_' and '.', as in ConfigMap keys; "
+                                              "'.' and '..' name directories"))
+    problems.raise_if_any()
 
 
 def node_arch(task_vars):
@@ -182,7 +199,7 @@ class ActionModule(ActionBase):
             try:
                 names.nodewright_name(args.get("resource", "default"), "resource")
                 specs, as_list = self._specs(args)
-                sent = self._transfer(self._validate(specs, staging), staging)
+                sent = self._transfer(self._validate(specs, staging, as_list), staging)
             except PackageError as exc:
                 result.update(failed=True, msg=str(exc), errors=[str(e) for e in exc.errors])
                 return result
@@ -220,13 +237,14 @@ class ActionModule(ActionBase):
         outcome.setdefault("changed", False)
         return outcome
 
-    def _validate(self, specs, staging):
+    def _validate(self, specs, staging, as_list=True):
         """Resolve and validate every package; the specs the module gets back point
         at validated directories."""
         desired, sent = [], []
         for n, spec in enumerate(specs):
             if not isinstance(spec, dict):
                 raise AnsibleError("packages[%d] must be a mapping" % n)
+            check_config_keys(spec.get("config"), "packages[%d].config" % n if as_list else "config")
             path = self.resolve_source(spec, n)
             package = load_controller_package(path) if path else None
             item = desired_from_spec(spec, package, n)

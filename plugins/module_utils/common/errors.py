@@ -33,6 +33,7 @@ class ValidationError(NodeWrightError):
         self.field = field
         self.source = source
         self.line = line
+        self.problem = message  # without the field and source in front
         where = []
         if source and not _names_itself(message, str(source)):
             where.append(str(source) + (":%d" % line if line else ""))

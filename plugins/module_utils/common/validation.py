@@ -80,8 +80,9 @@ class Problems(object):
         self.source = source
 
     def add(self, error):
-        if isinstance(error, ValidationErrors):
-            self.errors.extend(error.errors)
+        several = getattr(error, "errors", None)
+        if isinstance(several, list) and several and all(isinstance(e, ValidationError) for e in several):
+            self.errors.extend(several)  # ValidationErrors, and the package model's PackageError
         else:
             self.errors.append(error)
 

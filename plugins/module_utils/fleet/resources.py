@@ -293,6 +293,9 @@ def _package(name, value, where):
                 with problems.collect() as one:
                     _string(key, here, "config key", "config", 253,
                             hint="config keys are file names: letters, digits, '-', '_', '.'; no '/'")
+                    if key in (".", ".."):
+                        raise ValidationError("config key %r cannot be a file name" % key, field=here,
+                                              hint="config keys are file names; '.' and '..' name directories")
                     if not isinstance(content, str):
                         raise ValidationError("config content must be a string, got %s" % type(content).__name__,
                                               field=here, hint="use a YAML block scalar (|) for file content")

@@ -46,10 +46,11 @@ class DrainOptions(object):
                                   % grace_period, field="grace_period",
                                   hint="leave it unset to use each pod's own terminationGracePeriodSeconds")
         if timeout is None or timeout <= 0 or timeout > 7 * 86400:
-            raise ValidationError("timeout must be between 1 second and 7 days, got %s" % timeout, field="timeout")
+            raise ValidationError("timeout must be between 1 second and 7 days, got %s" % timeout, field="timeout",
+                                  hint="the seconds the whole drain may take, e.g. 600")
         if max_parallel < 1 or max_parallel > 256:
             raise ValidationError("max_parallel must be between 1 and 256, got %s" % max_parallel,
-                                  field="max_parallel")
+                                  field="max_parallel", hint="how many evictions are in flight at once, e.g. 32")
         self.force = force
         self.delete_emptydir_data = delete_emptydir_data
         self.ignore_daemonsets = ignore_daemonsets

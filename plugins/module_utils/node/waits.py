@@ -28,7 +28,7 @@ ACTIVE_PHASES = ("Pending", "Running", "Unknown")
 def validate_timeout(value, field="timeout", maximum=14 * 86400):
     if value is None or value <= 0 or value > maximum:
         raise ValidationError("%s must be between 1 second and %d days, got %s" % (field, maximum // 86400, value),
-                              field=field)
+                              field=field, hint="give the longest wait in seconds, e.g. 600")
     return value
 
 
