@@ -54,8 +54,9 @@ options:
     default: {}
   validation_job:
     description:
-      - A Job run on the node in O(phase=post) - C(namespace), C(name) (prefix) and C(template) (a pod
-        template). The module pins it to the node and tolerates the cordon.
+      - A Job run on the node in O(phase=post) - C(namespace), C(name) (prefix, a DNS-1123 label of at most
+        30 characters), C(template) (a pod template) and C(backoff_limit). The module pins it to the node and
+        tolerates the cordon. Creating it is a change - the result says C(changed=true).
     type: dict
   timeout:
     description: Seconds to wait for the gates to pass (conditions may take a moment after a reboot).

@@ -35,8 +35,12 @@ options:
     type: dict
   error:
     description:
-      - Set (a mapping with C(reason) and C(message)) or clear (V(false)) the C(nodewright.io/Erroring)
-        node condition.
+      - O(resource)'s error - a mapping with C(message) and an optional C(reason) - or V(false) when it
+        has none.
+      - The C(nodewright.io/Erroring) node condition is computed over every NodeWright resource on the node,
+        whenever O(error), O(status) or O(clear) is given - C(True) while any resource's status label says
+        C(erroring) (or its state annotation cannot be read), its message naming each resource with its
+        reason; C(False) only when none does. A resource that succeeds never clears another one's error.
     type: raw
   event:
     description: An Event to record on the node - C(reason), C(message), optional C(type) (Normal or Warning).

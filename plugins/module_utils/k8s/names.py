@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -230,7 +231,6 @@ def labels(mapping, field):
     if not isinstance(mapping, dict):
         raise InvalidName("labels must be a mapping of label keys to values, got %s" % type(mapping).__name__,
                           field=field)
-    from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
     problems = Problems()
     for key, value in mapping.items():
         with problems.collect():

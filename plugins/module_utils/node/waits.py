@@ -19,6 +19,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
     ValidationError,
     carry_result,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems, check_keys
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
@@ -174,7 +175,6 @@ VALIDATION_JOB_KEYS = ("name", "namespace", "template", "backoff_limit")
 def check_validation_job(spec, field="validation_job"):
     """The validation Job spec (``name``, ``namespace``, ``template``, ``backoff_limit``),
     checked before anything is created."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems, check_keys
     problems = Problems()
     with problems.collect():
         check_keys(spec, VALIDATION_JOB_KEYS, field)
