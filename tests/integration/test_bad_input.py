@@ -512,3 +512,23 @@ def test_a_failed_drain_that_cordoned_and_evicted_says_changed_and_names_the_stu
                 raise
         wait_for(lambda: not sim.core.list_namespaced_pod(ns).items, what="the held pod gone")
         sim.core.delete_node(node)
+
+
+def test_reset_brings_the_erroring_condition_in_line(sim, crds, nodes, tmp_path):
+    n1, _n2 = nodes
+    proc = sim.playbook(tmp_path, {"hosts": "localhost", "tasks": [{"nodewright.fleet.node_state": {
+        "name": n1, "resource": "resetme", "status": "erroring", "state": {"step": "Run", "reason": "failed"},
+        "error": {"reason": "MaintenanceFailed", "message": "Run: failed"}}}]})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    cond = [c for c in sim.core.read_node(n1).status.conditions if c.type == "nodewright.io/Erroring"][0]
+    assert cond.status == "True" and cond.message == "resetme: Run: failed"
+    dry = cli(sim, tmp_path, "reset", n1, "--resource", "resetme", "--dry-run")
+    assert dry.returncode == 0 and '"status": "False"' in dry.stdout, dry.stdout + dry.stderr
+    assert [c for c in sim.core.read_node(n1).status.conditions if c.type == "nodewright.io/Erroring"][0].status == \
+        "True"
+    done = cli(sim, tmp_path, "reset", n1, "--resource", "resetme")
+    assert done.returncode == 0, done.stdout + done.stderr
+    node = sim.core.read_node(n1)
+    assert "nodewright.io/status-resetme" not in (node.metadata.labels or {})
+    cond = [c for c in node.status.conditions if c.type == "nodewright.io/Erroring"][0]
+    assert (cond.status, cond.reason) == ("False", "Healthy")
