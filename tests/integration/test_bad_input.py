@@ -367,12 +367,13 @@ def test_a_yaml_bomb_package_manifest_fails_at_once_and_touches_no_host(sim, nod
     assert tree_digest(root) == before
 
 
-def test_a_yaml_bomb_vars_file_fails_plan_at_once(sim, crds, nodes, tmp_path):
+@pytest.mark.parametrize("playbook", ["plan.yml", "rollout.yml", "uninstall.yml"])
+def test_a_yaml_bomb_vars_file_fails_the_playbook_at_once(sim, crds, nodes, tmp_path, playbook):
     n1, n2 = nodes
     bomb = tmp_path / "vars.yml"
-    bomb.write_text(billion_laughs(name="x") + "nodewright_resources: *x8\n")
+    bomb.write_text(billion_laughs(name="x") + "nodewright_resources: *x8\nnodewright_resource: %s\n" % RES)
     before = snapshot(sim, [n1, n2])
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", "plan.yml"),
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", playbook),
                            "-e", "@%s" % bomb], capture_output=True, text=True, env=sim.env(), cwd=str(tmp_path),
                           timeout=300)
     assert proc.returncode != 0
