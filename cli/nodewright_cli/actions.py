@@ -93,6 +93,23 @@ def apply_resource_action(cluster, name, action, dry_run=False):
     return patch
 
 
+def reset_node(cluster, name, resource=None, dry_run=False):
+    """``nodewright reset``: forget the record (``reset_patch``), then bring the
+    ``nodewright.io/Erroring`` condition in line with the resources still recorded (it
+    clears when none is erroring any more). Returns ``(patch, condition patch)``."""
+    node = cluster.node(name)
+    patch = reset_patch(node, resource)
+    if patch is None:
+        return None, None
+    after = node_ops.merged(node, patch)
+    condition = node_ops.erroring_condition_patch(after)
+    if not dry_run:
+        cluster.patch_node(name, patch)
+        if condition:
+            cluster.patch_node_status(name, condition)
+    return patch, condition
+
+
 def apply_node_patch(cluster, name, build, dry_run=False, **kwargs):
     node = cluster.node(name)
     patch = build(node, **kwargs)

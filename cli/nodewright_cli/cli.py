@@ -51,17 +51,20 @@ def _env(name, default):
 
 
 def _extravars(values):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
+    import yaml
     out = {}
     for value in values or ():
-        if value.startswith("@"):
-            import yaml
-            with open(value[1:]) as fh:
-                loaded = yaml.safe_load(fh) or {}
-        elif value.lstrip().startswith("{"):
-            loaded = json.loads(value)
-        else:
-            key, _, val = value.partition("=")
-            loaded = {key: val}
+        try:
+            if value.startswith("@"):
+                loaded = safe_load.load_yaml_file(value[1:]) or {}
+            elif value.lstrip().startswith("{"):
+                loaded = safe_load.load_json(value, "--extra-vars")
+            else:
+                key, _, val = value.partition("=")
+                loaded = {key: val}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise NodeWrightError("--extra-vars %s cannot be read: %s" % (value, str(exc).splitlines()[0]))
         if not isinstance(loaded, dict):
             raise SystemExit("nodewright: --extra-vars %s is not a mapping" % value)
         out.update(loaded)
@@ -261,8 +264,9 @@ def cmd_ignore(args):
 
 def cmd_reset(args):
     from nodewright_cli import actions
-    patch = actions.apply_node_patch(_cluster(args), args.node, actions.reset_patch, dry_run=args.dry_run,
-                                     resource=args.resource)
+    patch, condition = actions.reset_node(_cluster(args), args.node, resource=args.resource, dry_run=args.dry_run)
+    if condition and args.dry_run:
+        print("node %s status: %s" % (args.node, json.dumps(condition, sort_keys=True)))
     what = "resource %s" % args.resource if args.resource else "every resource"
     _print_patch("node %s" % args.node, patch, args.dry_run,
                  "node %s: NodeWright's record of %s removed; the next rollout takes the node again" % (args.node,
@@ -294,11 +298,28 @@ def _rollout(args):
     return rollout_cmd.cmd_rollout(args)
 
 
+def check_args(args):
+    """Every name on the command line, checked before anything talks to the cluster."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
+    if getattr(args, "name", None) is not None:
+        names.nodewright_name(args.name, "NAME")
+    if getattr(args, "node", None) is not None:
+        names.node_name(args.node, "NODE")
+    if getattr(args, "resource", None) is not None:
+        names.nodewright_name(args.resource, "--resource")
+    if getattr(args, "taint_key", None) is not None:
+        names.taint_key(args.taint_key, "--taint-key")
+    if getattr(args, "resource_selector", None):
+        to_selector(args.resource_selector, "--resource-selector")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
     try:
+        check_args(args)
         return COMMANDS[args.command](args)
     except NodeWrightError as exc:
         sys.stderr.write("nodewright %s: error: %s\n" % (args.command, exc))

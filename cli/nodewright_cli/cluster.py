@@ -16,6 +16,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import marker
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
+    api_path,
     call,
     get_api_client,
     get_json,
@@ -23,9 +24,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
 )
 
 GROUP, VERSION = markers.API_GROUP, markers.API_VERSION
-NODES = "/api/v1/nodes"
-NODEWRIGHTS = "/apis/%s/%s/nodewrights" % (GROUP, VERSION)
-POLICIES = "/apis/%s/%s/deploymentpolicies" % (GROUP, VERSION)
+NODES = api_path("v1", "nodes")
+NODEWRIGHTS = api_path(markers.GROUP_VERSION, "nodewrights")
+POLICIES = api_path(markers.GROUP_VERSION, "deploymentpolicies")
 
 # What the reconciler needs, (verb, group, resource, subresource), and why; the
 # ClusterRole of deploy/helm grants exactly these (and what the rollout itself needs).
@@ -81,7 +82,8 @@ class Cluster(object):
         return node_ops.get_node(self.core, name)
 
     def nodewright(self, name):
-        return get_json(self.api, "%s/%s" % (NODEWRIGHTS, name), "read NodeWright %s" % name)
+        return get_json(self.api, api_path(markers.GROUP_VERSION, "nodewrights", name, name_rule="nodewright",
+                                           field="NAME"), "read NodeWright %s" % name)
 
     def list_raw(self, path, what):
         """A full LIST with its metadata (resourceVersion), for starting a watch."""

@@ -24,9 +24,13 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
+    CONFIG_KEY_RE,
     MANIFEST_JSON,
     MANIFEST_YAML,
     PackageError,
@@ -78,16 +82,30 @@ def load_controller_package(path):
         return load_package(path)
     if yaml is None:  # pragma: no cover
         raise AnsibleError("reading %s needs PyYAML on the controller" % manifest)
-    with open(manifest) as fh:
-        text = fh.read()
+    text = safe_load.read_text(manifest)
     try:
-        data = yaml.safe_load(text)
+        data = safe_load.load_yaml(text, source=manifest)
         lines = yaml_line_map(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise PackageError([ValidationError("not valid YAML: %s" % getattr(exc, "problem", exc), source=manifest,
                                             line=mark.line + 1 if mark else None)])
     return package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
+
+
+def check_config_keys(config, field):
+    """Config keys become file names on the host (``configmaps/<key>``): each is checked
+    here, before the package is looked at, and every bad one is named."""
+    if not isinstance(config, dict):
+        return
+    problems = Problems()
+    for key in config:
+        if not isinstance(key, str) or not CONFIG_KEY_RE.fullmatch(key) or key in (".", ".."):
+            problems.add(ValidationError("config key %r cannot be a file name" % (key,),
+                                         field='%s["%s"]' % (field, key),
+                                         hint="use letters, digits, '-', '_' and '.', as in ConfigMap keys; "
+                                              "'.' and '..' name directories"))
+    problems.raise_if_any()
 
 
 def node_arch(task_vars):
@@ -179,8 +197,9 @@ class ActionModule(ActionBase):
         staging = tempfile.mkdtemp(prefix="nodewright-package-")
         try:
             try:
+                names.nodewright_name(args.get("resource", "default"), "resource")
                 specs, as_list = self._specs(args)
-                sent = self._transfer(self._validate(specs, staging), staging)
+                sent = self._transfer(self._validate(specs, staging, as_list), staging)
             except PackageError as exc:
                 result.update(failed=True, msg=str(exc), errors=[str(e) for e in exc.errors])
                 return result
@@ -218,13 +237,14 @@ class ActionModule(ActionBase):
         outcome.setdefault("changed", False)
         return outcome
 
-    def _validate(self, specs, staging):
+    def _validate(self, specs, staging, as_list=True):
         """Resolve and validate every package; the specs the module gets back point
         at validated directories."""
         desired, sent = [], []
         for n, spec in enumerate(specs):
             if not isinstance(spec, dict):
                 raise AnsibleError("packages[%d] must be a mapping" % n)
+            check_config_keys(spec.get("config"), "packages[%d].config" % n if as_list else "config")
             path = self.resolve_source(spec, n)
             package = load_controller_package(path) if path else None
             item = desired_from_spec(spec, package, n)

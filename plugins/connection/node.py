@@ -213,6 +213,7 @@ from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import client as k8s_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import pod as node_pod
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 
@@ -236,6 +237,13 @@ class NodePod(object):
                  host_mount=node_pod.DEFAULT_HOST_MOUNT, chroot=True, lifetime=node_pod.DEFAULT_LIFETIME,
                  image_pull_secrets=(), priority_class=None, timeout=120, clock=time.monotonic, sleep=time.sleep,
                  host_path=node_pod.DEFAULT_HOST_PATH):
+        # Checked before any request: the node's name goes into a URL path and the pod's spec.
+        names.node_name(node, "node (ansible_host)")
+        names.namespace(namespace, "namespace (nodewright_node_pod_namespace)")
+        for n, secret in enumerate(image_pull_secrets or ()):
+            names.object_name(secret, "pod_image_pull_secrets[%d]" % n, "Secret")
+        if priority_class:
+            names.object_name(priority_class, "pod_priority_class", "PriorityClass")
         self.api = api
         self.node = node
         self.namespace = namespace
@@ -289,7 +297,7 @@ class NodePod(object):
             raise
 
     def _check_node(self):
-        path = "/api/v1/nodes/%s" % self.node
+        path = k8s_client.api_path("v1", "nodes", self.node, name_rule="node", field="node (ansible_host)")
         try:
             k8s_client.get_json(self.api, path, "read node %s" % self.node)
         except NodeWrightError as exc:
@@ -327,7 +335,7 @@ class NodePod(object):
         return node_pod.NodePodError(str(exc))
 
     def read(self):
-        return k8s_client.get_json(self.api, "/api/v1/namespaces/%s/pods/%s" % (self.namespace, self.name),
+        return k8s_client.get_json(self.api, k8s_client.api_path("v1", "pods", self.name, namespace=self.namespace),
                                    "read %s" % self.where)
 
     def wait_running(self):

@@ -197,19 +197,18 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import facts as nf
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
     AUTH_OPTIONS,
+    api_path,
     get_api_client,
     get_json,
+    group_path,
     list_pages,
     require_kubernetes,
     resolve_auth,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
-    NODEWRIGHT_NAME_MAX,
-    NODEWRIGHT_NAME_PATTERN,
-)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import (
     from_label_selector,
     to_selector,
@@ -284,11 +283,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         fields = _field_selector(opt("field_selectors"))
         name = opt("nodewright")
         if name is not None:
-            name = str(name)
-            if len(name) > NODEWRIGHT_NAME_MAX or not re.match(NODEWRIGHT_NAME_PATTERN, name):
-                raise ValidationError("%r is not a valid NodeWright name" % name, field="nodewright",
-                                      hint="lowercase letters, digits, '-' and '.', at most %d characters"
-                                           % NODEWRIGHT_NAME_MAX)
+            name = names.nodewright_name(str(name), "nodewright")
+        for option in ("zone_labels", "pool_labels"):
+            for n, key in enumerate(opt(option) or []):
+                names.label_key(key, "%s[%d]" % (option, n))
         non_interruptible = opt("non_interruptible_selector")
         if non_interruptible in (None, "", {}, []):
             non_interruptible = None
@@ -382,12 +380,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if settings["field_selector"]:
             query.append(("fieldSelector", settings["field_selector"]))
         nodes = []
-        for items in list_pages(api, "/api/v1/nodes", "listing the nodes of %s" % target, query,
+        for items in list_pages(api, api_path("v1", "nodes"), "listing the nodes of %s" % target, query,
                                 settings["page_size"], settings["timeout"]):
             nodes.extend(nf.node_facts(node, zone_labels, pool_labels) for node in items)
         if settings["pod_counts"]:
             counter = nf.PodCounter(settings["gpu_resources"], non_interruptible)
-            for items in list_pages(api, "/api/v1/pods", "listing the pods of %s" % target,
+            for items in list_pages(api, api_path("v1", "pods"), "listing the pods of %s" % target,
                                     [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")],
                                     settings["page_size"], settings["timeout"]):
                 counter.add(items)
@@ -398,15 +396,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     @staticmethod
     def _read_nodewright(api, name, target, timeout):
         what = "reading NodeWright %s at %s" % (name, target)
-        group_path = nodewright_api.GROUP_PATH
         try:
-            return nodewright_api.get(api, NODEWRIGHT_PLURAL, name, what, timeout=timeout)
+            return nodewright_api.get(api, NODEWRIGHT_PLURAL, name, what, timeout=timeout, field="nodewright")
         except ClusterError as exc:
             if exc.details.get("status") != 404:
                 raise
         # 404: either no such resource, or no NodeWright API at all.
         try:
-            get_json(api, group_path, what, timeout=timeout)
+            get_json(api, group_path(nodewright_api.GROUP_VERSION), what, timeout=timeout)
         except ClusterError as exc:
             if exc.details.get("status") != 404:
                 raise

@@ -104,14 +104,19 @@ msg:
 
 import copy
 import os
+import re
 import time
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
     ClusterError,
     TimeoutExceeded,
     ValidationError,
+    carry_result,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, get_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, call, get_json, group_path
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import FIELD_MANAGER
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
@@ -126,13 +131,52 @@ CRD_API = "apiextensions.k8s.io/v1"
 _VOLATILE_METADATA = ("resourceVersion", "managedFields", "generation", "creationTimestamp", "uid")
 
 
+_KIND_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+
+
 def _load_yaml(text, where):
     if yaml is None:
         raise ValidationError("PyYAML is needed to read %s" % where, hint="pip install PyYAML")
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return safe_load.load_yaml_all(text, source=where)
     except yaml.YAMLError as exc:
         raise ValidationError("not valid YAML: %s" % exc, source=where)
+
+
+def check_object(obj, where):
+    """An object to apply: apiVersion of a named group, kind, metadata.name (and namespace),
+    each by the API's rules; every problem is named."""
+    if not isinstance(obj, dict) or not obj.get("apiVersion") or not obj.get("kind") \
+            or not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+        raise ValidationError("every object needs apiVersion, kind and metadata.name", source=where)
+    problems = Problems()
+    if not isinstance(obj["apiVersion"], str) or "/" not in obj["apiVersion"]:
+        problems.add(ValidationError("%s %s is in the core API group, which this module does not apply"
+                                     % (obj["apiVersion"], obj["kind"]), source=where,
+                                     hint="apply core objects with kubectl; this module is for CRDs and custom "
+                                          "resources"))
+    else:
+        with problems.collect():
+            try:
+                group_path(obj["apiVersion"])
+            except ValidationError as exc:
+                raise ValidationError(exc.message, field=exc.field, hint=exc.hint, source=where)
+    if not isinstance(obj["kind"], str) or not _KIND_RE.match(obj["kind"]):
+        problems.add(ValidationError("kind %r is not a kind name" % (obj["kind"],), field="kind", source=where,
+                                     hint="a kind is a CamelCase word such as NodeWright"))
+    with problems.collect():
+        _named(names.object_name, obj["metadata"]["name"], "metadata.name", where, str(obj["kind"]))
+    if obj["metadata"].get("namespace") is not None:
+        with problems.collect():
+            _named(names.namespace, obj["metadata"]["namespace"], "metadata.namespace", where)
+    problems.raise_if_any()
+
+
+def _named(check, value, field, where, *args):
+    try:
+        check(value, field, *args)
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field=exc.field, hint=exc.hint, source=where)
 
 
 def read_objects(src=None, definition=None):
@@ -149,20 +193,16 @@ def read_objects(src=None, definition=None):
             raise ValidationError("%s does not exist" % src, field="src",
                                   hint="the path is read where the module runs (use delegate_to: localhost)")
         for path in files:
-            with open(path) as fh:
-                objects.extend((path, obj) for obj in _load_yaml(fh.read(), path))
+            objects.extend((path, obj) for obj in _load_yaml(safe_load.read_text(path), path))
     if definition is not None:
         items = _load_yaml(definition, "definition") if isinstance(definition, str) else definition
         items = items if isinstance(items, list) else [items]
         objects.extend(("definition[%d]" % n, obj) for n, obj in enumerate(items))
+    problems = Problems()
     for where, obj in objects:
-        if not isinstance(obj, dict) or not obj.get("apiVersion") or not obj.get("kind") \
-                or not (obj.get("metadata") or {}).get("name"):
-            raise ValidationError("every object needs apiVersion, kind and metadata.name", source=where)
-        if "/" not in obj["apiVersion"]:
-            raise ValidationError("%s %s is in the core API group, which this module does not apply"
-                                  % (obj["apiVersion"], obj["kind"]), source=where,
-                                  hint="apply core objects with kubectl; this module is for CRDs and custom resources")
+        with problems.collect():
+            check_object(obj, where)
+    problems.raise_if_any()
     return objects
 
 
@@ -179,7 +219,7 @@ class Applier(object):
         """(plural, namespaced) of ``kind`` in ``api_version``, from the API server's discovery."""
         if api_version not in self._discovery:
             try:
-                self._discovery[api_version] = get_json(self.api, "/apis/%s" % api_version,
+                self._discovery[api_version] = get_json(self.api, group_path(api_version),
                                                         "discover %s" % api_version).get("resources") or []
             except ClusterError as exc:
                 if exc.details.get("status") == 404:
@@ -193,11 +233,9 @@ class Applier(object):
                            hint="check the kind's spelling and the CRD's version")
 
     def _path(self, obj, plural, namespaced):
-        name = obj["metadata"]["name"]
-        namespace = obj["metadata"].get("namespace") or "default"
-        if namespaced:
-            return "/apis/%s/namespaces/%s/%s/%s" % (obj["apiVersion"], namespace, plural, name)
-        return "/apis/%s/%s/%s" % (obj["apiVersion"], plural, name)
+        namespace = (obj["metadata"].get("namespace") or "default") if namespaced else None
+        return api_path(obj["apiVersion"], plural, obj["metadata"]["name"], namespace=namespace,
+                        field="metadata.name", namespace_field="metadata.namespace", kind=obj["kind"])
 
     def apply(self, obj):
         group, version = obj["apiVersion"].split("/", 1)
@@ -239,7 +277,7 @@ class Applier(object):
         return entry
 
     def wait_established(self, name, timeout):
-        path = "/apis/%s/customresourcedefinitions/%s" % (CRD_API, name)
+        path = api_path(CRD_API, "customresourcedefinitions", name)
         deadline = time.monotonic() + timeout
         while True:
             crd = get_json(self.api, path, "read CustomResourceDefinition %s" % name)
@@ -270,14 +308,18 @@ def run(module):
     objects = read_objects(p["src"], p["definition"])
     applier = Applier(module.api_client(), check_mode=module.check_mode, force=p["force_conflicts"])
     results = []
-    for _where, obj in objects:
-        entry = applier.apply(obj)
-        results.append(entry)
-        if p["wait"] and obj["kind"] == "CustomResourceDefinition" and obj["apiVersion"] == CRD_API \
-                and not module.check_mode:
-            applier.wait_established(obj["metadata"]["name"], p["wait_timeout"])
-            # A new group appears in discovery once the CRD is established.
-            applier._discovery.clear()
+    progress = {"changed": False, "resources": results}
+    # Objects applied before one that fails stay applied: the failure says so.
+    with carry_result(progress):
+        for _where, obj in objects:
+            entry = applier.apply(obj)
+            results.append(entry)
+            progress["changed"] = progress["changed"] or (entry["action"] != "unchanged" and not module.check_mode)
+            if p["wait"] and obj["kind"] == "CustomResourceDefinition" and obj["apiVersion"] == CRD_API \
+                    and not module.check_mode:
+                applier.wait_established(obj["metadata"]["name"], p["wait_timeout"])
+                # A new group appears in discovery once the CRD is established.
+                applier._discovery.clear()
     counts = {}
     for entry in results:
         counts[entry["action"]] = counts.get(entry["action"], 0) + 1

@@ -17,7 +17,9 @@ description:
     source, and plans every targeted node from its recorded state - apply, upgrade, downgrade, config,
     uninstall or nothing, and the merged interrupt.
   - A resource that cannot be rolled out (malformed, a missing policy, a missing package) is reported in
-    RV(blocked) with the field and the reason; nothing is changed anywhere.
+    RV(blocked) with every problem it has, each with its field; nothing is changed anywhere. An item of
+    O(resources) that is not a NodeWright, DeploymentPolicy or Skyhook object, a malformed
+    DeploymentPolicy and a name given twice fail the task, every such problem named.
 options:
   name:
     description: The NodeWright resource to read. Without it, all of them.
@@ -37,6 +39,16 @@ options:
     description: Fail when a requested resource cannot be rolled out.
     type: bool
     default: true
+  skyhook_drop:
+    description:
+      - Fields of Skyhook objects in O(resources) that have no NodeWright equivalent and may be left out
+        in the conversion, as shell-style patterns over field paths (for example
+        V(spec.packages.*.resources), V(spec.drainConfig)). Each field left out is named in the notes of
+        the conversion; any other such field blocks the resource, naming it.
+      - The playbooks take it from the variable C(nodewright_skyhook_drop).
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - nodewright.fleet.k8s_auth
 attributes:
@@ -97,22 +109,64 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewr
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import convert
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import validate_deployment_policy
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 
-def _normalise_inputs(objects):
-    nodewrights, policies = [], {}
+# How a Skyhook field without an equivalent is left out, in this module's words.
+SKYHOOK_DROP_HINT = ("name it in the option skyhook_drop to leave it out (skyhook_drop: [%r]; in the playbooks "
+                     "-e '{\"nodewright_skyhook_drop\": [...]}')")
+
+
+def _inline_name(obj, n):
+    name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+    return name if isinstance(name, str) and name else "resources[%d]" % n
+
+
+def _normalise_inputs(objects, drop=()):
+    """``(nodewrights, policies, blocked)`` from the inline objects. A NodeWright or Skyhook
+    object that cannot be converted is blocked (with every problem it has); anything else
+    that is wrong - not an object, another kind, a bad DeploymentPolicy, a name given twice -
+    fails the task, every such problem named."""
+    nodewrights, policies, blocked = [], {}, []
+    problems = Problems()
+    seen = {}
     for n, obj in enumerate(objects):
-        if not isinstance(obj, dict) or "kind" not in obj:
-            raise ValidationError("not a Kubernetes object (no kind)", field="resources[%d]" % n)
-        if obj.get("apiVersion", "").startswith(("skyhook.nvidia.com/", "nodewright.nvidia.com/")):
-            obj = convert(obj).resource
-        if obj["kind"] == "NodeWright":
+        where = "resources[%d]" % n
+        if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+            problems.add(ValidationError("not a Kubernetes object (no kind)", field=where,
+                                         hint="each item is a NodeWright, DeploymentPolicy or Skyhook object"))
+            continue
+        if str(obj.get("apiVersion", "")).startswith(("skyhook.nvidia.com/", "nodewright.nvidia.com/")):
+            try:
+                obj = convert(obj, drop=drop, drop_hint=SKYHOOK_DROP_HINT).resource
+            except ValidationError as exc:
+                if obj.get("kind") == "DeploymentPolicy":
+                    problems.add(ValidationError("Skyhook DeploymentPolicy %s: %s" % (_inline_name(obj, n), exc),
+                                                 field=where))
+                else:
+                    blocked.append({"name": _inline_name(obj, n), "reason": str(exc)})
+                continue
+        kind = obj["kind"]
+        if kind not in ("NodeWright", "DeploymentPolicy"):
+            problems.add(ValidationError("unsupported kind %r" % kind, field=where + ".kind",
+                                         hint="NodeWright, DeploymentPolicy, or Skyhook's Skyhook/DeploymentPolicy"))
+            continue
+        name = _inline_name(obj, n)
+        if (kind, name) in seen:
+            problems.add(ValidationError("%s %s is given twice (also as resources[%d])" % (kind, name, seen[kind, name]),
+                                         field=where + ".metadata.name", hint="keep one of them"))
+            continue
+        seen[kind, name] = n
+        if kind == "NodeWright":
             nodewrights.append(obj)
-        elif obj["kind"] == "DeploymentPolicy":
-            policies[obj["metadata"]["name"]] = obj
-        else:
-            raise ValidationError("unsupported kind %r" % obj["kind"], field="resources[%d].kind" % n,
-                                  hint="NodeWright, DeploymentPolicy, or Skyhook's Skyhook/DeploymentPolicy")
-    return nodewrights, policies
+            continue
+        try:
+            policies[name] = validate_deployment_policy(obj)
+        except ValidationError as exc:
+            problems.add(ValidationError("DeploymentPolicy %s: %s" % (name, exc), field=where))
+    problems.raise_if_any()
+    return nodewrights, policies, blocked
 
 
 def _reservations(api):
@@ -129,25 +183,31 @@ def _reservations(api):
 
 def run(module):
     p = module.params
+    if p["name"] is not None:
+        names.nodewright_name(p["name"], "name")
     api = module.api_client()
     nodes = []
     for page in list_pages(api, "/api/v1/nodes", "list nodes"):
         nodes.extend(page)
     from_cluster = p["resources"] is None
+    blocked = []
     if not from_cluster:
-        nodewrights, policies = _normalise_inputs(p["resources"])
+        nodewrights, policies, blocked = _normalise_inputs(p["resources"], p["skyhook_drop"])
     else:
         nodewrights = nodewright_api.list_all(api, nodewright_api.NODEWRIGHTS)
         policies = {o["metadata"]["name"]: o for o in nodewright_api.list_all(api, nodewright_api.DEPLOYMENT_POLICIES)}
-    if p["name"] and not any((r.get("metadata") or {}).get("name") == p["name"] for r in nodewrights):
+    if p["name"] and not any((r.get("metadata") or {}).get("name") == p["name"] for r in nodewrights) \
+            and not any(b["name"] == p["name"] for b in blocked):
         raise NodeWrightError("NodeWright resource %r does not exist" % p["name"],
                               hint="list them with `kubectl get nodewrights`")
+    if p["name"]:
+        blocked = [b for b in blocked if b["name"] == p["name"]]
     holders, now, warning = _reservations(api)
     described = desired_state.describe_all(nodewrights, nodes, policies, p["package_dirs"], only=p["name"],
                                            holders=holders, now=now)
     for entry in described["rollouts"]:
         entry["from_cluster"] = from_cluster
-    blocked = described["blocked"]
+    blocked = blocked + described["blocked"]
     result = {"changed": False, "rollouts": described["rollouts"], "blocked": blocked,
               "waves": described["waves"], "conflicts": described["conflicts"],
               "status": described["status"], "reason": described["reason"]}
@@ -164,6 +224,7 @@ ARGUMENT_SPEC = dict(
     resources=dict(type="list", elements="dict"),
     package_dirs=dict(type="list", elements="path", default=[]),
     fail_on_blocked=dict(type="bool", default=True),
+    skyhook_drop=dict(type="list", elements="str", default=[]),
 )
 
 

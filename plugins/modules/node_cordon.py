@@ -85,12 +85,17 @@ msg:
   type: str
 """
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, check_text
 
 
 def run(module):
     p = module.params
+    names.node_name(p["name"], "name")
+    if p["resource"] is not None:
+        names.nodewright_name(p["resource"], "resource")
+    check_text(p["reason"], "reason")
     return node_ops.set_cordon(node_ops.core_api(module.api_client()), p["name"], p["state"], force=p["force"],
                                reason=p["reason"], resource=p["resource"], check_mode=module.check_mode)
 

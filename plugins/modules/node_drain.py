@@ -20,8 +20,10 @@ description:
     O(delete_emptydir_data); pods without a controller need O(force); pods matching
     O(non_interruptible_selector) make the drain refuse (wait for them first with
     M(nodewright.fleet.node_wait_pods)). A refusal changes nothing.
-  - On timeout the module B(fails), names the PodDisruptionBudgets and pods that held it, leaves the node
-    cordoned and records an Event on it.
+  - On timeout the module B(fails), names what held each pod still on the node - the PodDisruptionBudget
+    that refused its eviction, or, for a pod that was evicted but did not go, its finalizers or the
+    kubelet that did not confirm its end - leaves the node cordoned and records an Event on it. The
+    result says C(changed=true) when the node was cordoned or a pod evicted before the failure.
 options:
   name:
     description: Name of the node.
@@ -128,6 +130,20 @@ blocking_pdbs:
   type: list
   elements: dict
   sample: [{pdb: workloads/strict, message: "The disruption budget strict needs 2 healthy pods...", pods: [workloads/x]}]
+accepted:
+  description: Pods whose eviction (or deletion) the API server accepted, gone or not.
+  returned: success or when the drain failed after evicting
+  type: list
+  elements: str
+stuck:
+  description:
+    - Pods asked to go that were still on the node at the end, with what held each - C(terminating),
+      C(since) (the deletion time), C(grace_period) and C(finalizers).
+  returned: success or when the drain failed after evicting
+  type: list
+  elements: dict
+  sample: [{pod: jobs/etl-0, terminating: true, since: "2026-01-01T10:00:00Z", grace_period: 30,
+            finalizers: [example.com/upload], phase: Running}]
 eviction_attempts:
   description: Eviction requests sent, retries included.
   returned: success
@@ -143,14 +159,16 @@ cordon:
 """
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, carry_result
 
 
 def run(module):
     p = module.params
+    names.node_name(p["name"], "name")
+    names.namespaces(p["skip_namespaces"], "skip_namespaces")
     opts = drain.DrainOptions(
         force=p["force"], delete_emptydir_data=p["delete_emptydir_data"], ignore_daemonsets=p["ignore_daemonsets"],
         grace_period=p["grace_period"], skip_namespaces=p["skip_namespaces"], skip_selector=p["skip_pod_selector"],
@@ -168,22 +186,24 @@ def run(module):
             "drain of node %s refused before evicting anything: %s" % (
                 node, "; ".join("%s: %s" % (r["pod"], r["reason"]) for r in plan[drain.REFUSE])),
             result=result)
-    if p["cordon"]:
-        result["cordon"] = node_ops.set_cordon(core, node, "cordoned", reason="drain", check_mode=module.check_mode)
-        result["changed"] = result["cordon"]["changed"]
-    if module.check_mode:
-        result["would_evict"] = plan[drain.EVICT]
-        result["would_delete"] = plan[drain.DELETE]
-        result["changed"] = result["changed"] or bool(plan[drain.EVICT] or plan[drain.DELETE])
-        return result
-    outcome = drain.Drainer(core, node, opts).run(plan)
-    result.update(outcome)
-    result["changed"] = result["changed"] or bool(outcome["evicted"])
-    if outcome["still_present"]:
-        message = drain.describe_failure(node, outcome, p["timeout"])
-        node_ops.emit_event(core, node, markers.EVENT_DRAIN_FAILED, message, event_type="Warning")
-        raise NodeWrightError(message, hint="the PodDisruptionBudgets above need more healthy replicas "
-                                            "elsewhere, or raise the timeout", result=result)
+    with carry_result(result):
+        if p["cordon"]:
+            result["cordon"] = node_ops.set_cordon(core, node, "cordoned", reason="drain",
+                                                   check_mode=module.check_mode)
+            result["changed"] = result["cordon"]["changed"]
+        if module.check_mode:
+            result["would_evict"] = plan[drain.EVICT]
+            result["would_delete"] = plan[drain.DELETE]
+            result["changed"] = result["changed"] or bool(plan[drain.EVICT] or plan[drain.DELETE])
+            return result
+        outcome = drain.Drainer(core, node, opts).run(plan)
+        result.update(outcome)
+        # An accepted eviction changed the cluster, whether or not the pod is gone yet.
+        result["changed"] = bool(result["changed"] or outcome["evicted"] or outcome["accepted"])
+        if outcome["still_present"]:
+            message = drain.describe_failure(node, outcome, p["timeout"])
+            node_ops.emit_event(core, node, markers.EVENT_DRAIN_FAILED, message, event_type="Warning")
+            raise NodeWrightError(message, hint=drain.failure_hint(outcome), result=result)
     node_ops.emit_event(core, node, markers.EVENT_DRAIN, "drained: %d pods evicted in %.1fs"
                         % (len(outcome["evicted"]), outcome["duration"]))
     return result

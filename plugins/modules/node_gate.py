@@ -92,16 +92,18 @@ msg:
 """
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, get_json
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
-NODEWRIGHTS_PATH = "/apis/%s/%s/nodewrights" % (markers.API_GROUP, markers.API_VERSION)
+NODEWRIGHTS_PATH = api_path(markers.GROUP_VERSION, "nodewrights")
 
 
 def run(module):
     p = module.params
+    names.node_name(p["name"], "name")
+    names.taint_key(p["taint_key"], "taint_key")
     api = module.api_client()
     core = node_ops.core_api(api)
     if p["state"] == "present":

@@ -54,8 +54,9 @@ options:
     default: {}
   validation_job:
     description:
-      - A Job run on the node in O(phase=post) - C(namespace), C(name) (prefix) and C(template) (a pod
-        template). The module pins it to the node and tolerates the cordon.
+      - A Job run on the node in O(phase=post) - C(namespace), C(name) (prefix, a DNS-1123 label of at most
+        30 characters), C(template) (a pod template) and C(backoff_limit). The module pins it to the node and
+        tolerates the cordon. Creating it is a change - the result says C(changed=true).
     type: dict
   timeout:
     description: Seconds to wait for the gates to pass (conditions may take a moment after a reboot).
@@ -122,7 +123,7 @@ validation_job:
 
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
@@ -134,6 +135,10 @@ def run(module):
     api = module.api_client()
     core = node_ops.core_api(api)
     name = p["name"]
+    names.node_name(name, "name")
+    names.labels(p["labels"], "labels")
+    if p["validation_job"] is not None:
+        node_waits.check_validation_job(p["validation_job"])
     node_waits.validate_timeout(p["timeout"])
     deadline = time.monotonic() + p["timeout"]
     while True:
@@ -161,6 +166,7 @@ def run(module):
         remaining = max(1, int(deadline - time.monotonic()))
         job = node_waits.run_validation_job(api, name, p["validation_job"], remaining)
         result["validation_job"] = job
+        result["changed"] = True  # a Job was created in the cluster
         if not job["succeeded"]:
             result["healthy"] = False
             raise NodeWrightError("node %s failed its validation job %s: %s" % (name, job["job"], job["message"]),

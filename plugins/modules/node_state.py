@@ -37,8 +37,12 @@ options:
     type: dict
   error:
     description:
-      - Set (a mapping with C(reason) and C(message)) or clear (V(false)) the C(nodewright.io/Erroring)
-        node condition.
+      - O(resource)'s error - a mapping with C(message) and an optional C(reason) - or V(false) when it
+        has none.
+      - The C(nodewright.io/Erroring) node condition is computed over every NodeWright resource on the node,
+        whenever O(error), O(status) or O(clear) is given - C(True) while any resource's status label says
+        C(erroring) (or its state annotation cannot be read), its message naming each resource with its
+        reason; C(False) only when none does. A resource that succeeds never clears another one's error.
     type: raw
   event:
     description: An Event to record on the node - C(reason), C(message), optional C(type) (Normal or Warning).
@@ -115,10 +119,18 @@ conditions:
 
 import json
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import (
+    NodeWrightModule,
+    carry_result,
+    check_text,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import check_keys
+
+EVENT_TYPES = ("Normal", "Warning")
+_FALSE = (False, "false", "False", "no", "No")
 
 
 def _state_content(text):
@@ -158,49 +170,72 @@ def summary(node, resource):
     }
 
 
+def check_error(error):
+    """None (leave the condition), False (no error of this resource) or {reason, message}."""
+    if error is None or error is True:
+        return None
+    if error in _FALSE:
+        return False
+    if not isinstance(error, dict):
+        raise ValidationError("must be false or a mapping with reason and message, got %r" % (error,),
+                              field="error", hint="e.g. error: {reason: PackageFailed, message: ...}")
+    check_keys(error, ("reason", "message"), "error")
+    check_text(error.get("message"), "error.message", required=True)
+    check_text(error.get("reason"), "error.reason", max_length=128)
+    return {"reason": error.get("reason") or node_ops.ERRORING_REASON, "message": error["message"]}
+
+
+def check_event(event):
+    if event is None:
+        return None
+    check_keys(event, ("reason", "message", "type"), "event")
+    check_text(event.get("reason"), "event.reason", max_length=128, required=True)
+    check_text(event.get("message"), "event.message", required=True)
+    if event.get("type", "Normal") not in EVENT_TYPES:
+        raise ValidationError("must be Normal or Warning, got %r" % (event.get("type"),), field="event.type")
+    return event
+
+
 def run(module):
     p = module.params
-    core = node_ops.core_api(module.api_client())
     name, resource = p["name"], p["resource"]
+    # Every option is checked before the node is touched.
+    names.node_name(name, "name")
+    names.nodewright_name(resource, "resource")
+    error = check_error(p["error"])
+    event = check_event(p["event"])
+    core = node_ops.core_api(module.api_client())
     node = node_ops.get_node(core, name)
-    changed = False
-    if p["clear"]:
-        patch = node_ops.clear_marks_patch(node, resource)
-    else:
-        patch = node_ops.state_patch(node, resource, status=p["status"], state=p["state"]) \
-            if (p["status"] or p["state"]) else None
-        if patch and records_nothing_new(node, patch):
-            patch = None
-    if patch:
-        changed = True
-        if not module.check_mode:
-            node = node_ops.patch_node(core, name, patch) and node_ops.get_node(core, name)
-    error = p["error"]
-    if error is not None and error is not True:
-        if error is False or error in ("false", "False", "no"):
-            cond = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "False", "Healthy", "no NodeWright error")
-            if not any(c.get("type") == markers.CONDITION_ERRORING and c.get("status") == "True"
-                       for c in (node.get("status") or {}).get("conditions") or []):
-                cond = None
-        elif isinstance(error, dict) and error.get("message"):
-            cond = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True",
-                                            error.get("reason", "NodeWrightError"), error["message"])
+    result = {"changed": False}
+    with carry_result(result):
+        if p["clear"]:
+            patch = node_ops.clear_marks_patch(node, resource)
         else:
-            raise ValidationError("error must be false or a mapping with reason and message", field="error")
-        if cond:
-            changed = True
-            if not module.check_mode:
-                node_ops.patch_node_status(core, name, cond)
+            patch = node_ops.state_patch(node, resource, status=p["status"], state=p["state"]) \
+                if (p["status"] or p["state"]) else None
+            if patch and records_nothing_new(node, patch):
+                patch = None
+        if patch:
+            result["changed"] = True
+            if module.check_mode:
+                node = node_ops.merged(node, patch)
+            else:
+                node_ops.patch_node(core, name, patch)
                 node = node_ops.get_node(core, name)
-    if p["event"]:
-        ev = p["event"]
-        if not ev.get("reason") or not ev.get("message"):
-            raise ValidationError("event needs reason and message", field="event")
-        changed = True
-        if not module.check_mode:
-            node_ops.emit_event(core, name, ev["reason"], ev["message"], ev.get("type", "Normal"))
-    result = summary(node, resource)
-    result["changed"] = changed
+        # The condition follows every resource on the node, not only this one: recomputed
+        # whenever this resource's error or status labels change.
+        if error is not None or p["status"] or p["clear"]:
+            cond = node_ops.erroring_condition_patch(node, resource, error or None)
+            if cond:
+                result["changed"] = True
+                if not module.check_mode:
+                    node_ops.patch_node_status(core, name, cond)
+                    node = node_ops.get_node(core, name)
+        if event:
+            result["changed"] = True
+            if not module.check_mode:
+                node_ops.emit_event(core, name, event["reason"], event["message"], event.get("type", "Normal"))
+    result.update(summary(node, resource))
     return result
 
 

@@ -76,6 +76,7 @@ waited_seconds:
   type: float
 """
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
@@ -83,6 +84,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
 
 def run(module):
     p = module.params
+    names.node_name(p["name"], "name")
+    if p["resource"] is not None:
+        names.nodewright_name(p["resource"], "resource")
     return node_waits.wait_for_critical_pods(
         node_ops.core_api(module.api_client()), p["name"], p["selectors"], p["timeout"], poll=p["poll_interval"],
         resource=p["resource"], check_mode=module.check_mode)

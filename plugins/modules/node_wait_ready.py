@@ -78,6 +78,7 @@ waited_seconds:
   type: float
 """
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
@@ -85,6 +86,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
 
 def run(module):
     p = module.params
+    names.node_name(p["name"], "name")
+    node_waits.validate_timeout(p["timeout"])
     core = node_ops.core_api(module.api_client())
     if module.check_mode:
         node = node_ops.get_node(core, p["name"])

@@ -296,6 +296,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import state_annotation
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
     PACKAGE_SPEC_KEYS,
@@ -360,6 +361,12 @@ def run(p, check_mode):
         return dict(failed=True, msg="give name or src (one package) or packages (a list, may be empty)")
     if not os.path.isdir(p["host_root"]):
         return dict(failed=True, msg="host_root %s is not a directory" % p["host_root"])
+    try:
+        # The name is part of paths on the host (/var/lib/nodewright/state/<resource>.json)
+        # and of the node annotation's key.
+        names.nodewright_name(p["resource"], "resource")
+    except NodeWrightError as exc:
+        return dict(failed=True, msg=str(exc))
 
     def annotation(state):
         return dict(key=state_annotation(p["resource"]),
@@ -391,7 +398,10 @@ def run(p, check_mode):
                                 check_mode=check_mode, keep_logs=p["keep_logs"])
         except StepFailed as exc:
             state = getattr(exc, "state", None) or {"packages": {}, "status": "erroring"}
-            return dict(failed=True, msg=str(exc), plan=getattr(exc, "plan", None),
+            package_results = getattr(exc, "package_results", None) or []
+            # Steps that ran before the failing one changed the host, and so did the failing one.
+            changed = any(r.get("changed") for r in package_results)
+            return dict(failed=True, changed=changed, msg=str(exc), plan=getattr(exc, "plan", None),
                         results=getattr(exc, "package_results", exc.results), state=state,
                         interrupt=pending_interrupt(state), log=exc.log, annotation=annotation(state))
         except NodeWrightError as exc:

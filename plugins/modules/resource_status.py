@@ -76,9 +76,9 @@ resource_status:
   type: dict
 """
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names, nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, check_text
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     RESOURCE_STATUSES,
     compute_status,
@@ -86,6 +86,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status impo
 
 def run(module):
     p = module.params
+    names.nodewright_name(p["name"], "name")
+    names.node_names(p["targets"], "targets")
+    check_text(p["status_message"], "status_message", max_length=32768)
     api = module.api_client()
     current = nodewright_api.get(api, nodewright_api.NODEWRIGHTS, p["name"])
     nodes = [n for page in list_pages(api, "/api/v1/nodes", "list nodes") for n in page]

@@ -261,3 +261,11 @@ def test_batch_reset_patch():
     assert actions.batch_reset_patch(recorded) == {"rolloutState": None, "compartmentStatuses": None}
     parsed = cli.build_parser().parse_args(["reset-batches", "tune", "--dry-run"])
     assert parsed.name == "tune" and parsed.dry_run
+
+
+def test_the_collection_is_found_where_it_is():
+    """The playbooks, packages and collection root handed to ansible-runner exist."""
+    from nodewright_cli import collection
+    assert os.path.isfile(collection.playbook("rollout.yml"))
+    assert os.path.isdir(os.path.join(collection.shipped_package_dirs()[0], "sysctl"))
+    assert os.path.isdir(os.path.join(collection.COLLECTION_ROOT, "ansible_collections", "nodewright", "fleet"))

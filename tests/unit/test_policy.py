@@ -800,7 +800,7 @@ def comp(name, selector, **extra):
     ({"default": BASE, "compartments": [comp("a", "x=1", nodes=3)]}, "spec.compartments[0].nodes", "unknown field"),
     ({"default": BASE, "resetBatchStateOnCompletion": "yes"}, "spec.resetBatchStateOnCompletion", "true or false"),
     ({"default": BASE, "topology": {"maxInProgress": 1}}, "spec.topology.key", "needs a label key"),
-    ({"default": BASE, "topology": {"key": "bad key"}}, "spec.topology.key", "invalid label key"),
+    ({"default": BASE, "topology": {"key": "bad key"}}, "spec.topology.key", "is not a valid label key"),
     ({"default": BASE, "topology": {"key": "rack", "maxInProgress": 0}}, "spec.topology.maxInProgress", ">= 1"),
     ({"default": BASE, "topology": {"key": "rack", "max": 1}}, "spec.topology.max", "unknown field"),
     ({"default": BASE, "fleetDisruptionLimit": {"percent": 0}}, "spec.fleetDisruptionLimit.percent", "1 to 100"),

@@ -97,11 +97,12 @@ def test_pause_and_disable_annotations():
     ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "apiVersion", "expected nodewright.io"),
     (dict(nodewright(), apiVersion="skyhook.nvidia.com/v1alpha1", kind="NodeWright"), "apiVersion", "expected"),
     (nodewright(name=None), "metadata.name", "non-empty string"),
-    (nodewright(name="GPU"), "metadata.name", "'GPU' is not valid"),
-    (nodewright(name="a" * 57), "metadata.name", "limit is 56"),
+    (nodewright(name="GPU"), "metadata.name", "'GPU' is not a valid NodeWright name: it has upper-case letters"),
+    (nodewright(name="a" * 57), "metadata.name", "57 characters long; a NodeWright name is a DNS-1123 subdomain: at most 56"),
     (nodewright({"bogus": 1}), "spec.bogus", "unknown field"),
     (nodewright({"nodeSelectors": "pool=a"}), "spec.nodeSelectors", "must be a mapping"),
-    (nodewright({"nodeSelectors": {"matchLabels": {"bad key": "x"}}}), "spec.nodeSelectors", "invalid label key"),
+    (nodewright({"nodeSelectors": {"matchLabels": {"bad key": "x"}}}), "spec.nodeSelectors",
+     "'bad key' is not a valid label key: it contains white space"),
     (nodewright({"podNonInterruptLabels": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
      "spec.podNonInterruptLabels.matchExpressions[0]", "In needs values"),
     (nodewright({"interruptionBudget": {"percent": 10, "count": 2}}), "spec.interruptionBudget", "both percent and count"),
@@ -110,13 +111,15 @@ def test_pause_and_disable_annotations():
     (nodewright({"interruptionBudget": {"count": 0}}), "spec.interruptionBudget.count", ">= 1"),
     (nodewright({"interruptionBudget": {"percent": 10}, "deploymentPolicy": "p"}), "spec.interruptionBudget",
      "both interruptionBudget and deploymentPolicy"),
-    (nodewright({"deploymentPolicy": "Bad_Name"}), "spec.deploymentPolicy", "is not valid"),
+    (nodewright({"deploymentPolicy": "Bad_Name"}), "spec.deploymentPolicy", "is not a valid DeploymentPolicy name"),
     (nodewright({"deploymentPolicyOptions": {"resetBatchStateOnCompletion": True}}), "spec.deploymentPolicyOptions",
      "without deploymentPolicy"),
     (nodewright({"deploymentPolicy": "p", "deploymentPolicyOptions": {"reset": True}}),
      "spec.deploymentPolicyOptions.reset", "unknown field"),
-    (nodewright({"priority": 0}), "spec.priority", ">= 1"),
-    (nodewright({"priority": "high"}), "spec.priority", ">= 1"),
+    (nodewright({"priority": 0}), "spec.priority", "from 1 to 9223372036854775807"),
+    (nodewright({"priority": "high"}), "spec.priority", "from 1 to 9223372036854775807"),
+    (nodewright({"priority": 10 ** 30}), "spec.priority", "a 64-bit integer, as the CRD takes it"),
+    (nodewright({"priority": 2 ** 63}), "spec.priority", "got 9223372036854775808"),
     (nodewright({"runtimeRequired": "yes"}), "spec.runtimeRequired", "true or false"),
     (nodewright({"autoTaintNewNodes": True}), "spec.autoTaintNewNodes", "needs runtimeRequired"),
     (nodewright({"additionalTolerations": {}}), "spec.additionalTolerations", "must be a list"),
@@ -202,7 +205,7 @@ def test_a_skyhook_object_is_pointed_at_the_converter():
     obj = dict(nodewright(), apiVersion="skyhook.nvidia.com/v1alpha1", kind="Skyhook")
     with pytest.raises(ValidationError) as err:
         validate_nodewright(obj)
-    assert "skyhook_convert" in err.value.hint
+    assert "nodewright.fleet.desired_state" in err.value.hint
 
 
 @pytest.mark.parametrize("version", ["0.0.1", "1.2.3", "10.20.30", "1.0.0-alpha", "1.0.0-rc.1+build.7",
@@ -238,3 +241,81 @@ def test_deployment_policy_errors(obj, field):
     with pytest.raises(ValidationError) as err:
         validate_deployment_policy(obj)
     assert err.value.field == field
+
+
+# --------------------------------------------------------------------------- every problem at once
+
+def test_every_problem_of_a_resource_is_reported_at_once():
+    obj = nodewright({
+        "nodeSelectors": {"matchLabels": {"bad key": "x"}},
+        "priority": 10 ** 30,
+        "runtimeRequired": "yes",
+        "bogus": 1,
+        "packages": {
+            "tuning": {"version": "v1", "interrupt": {"type": "restart"}, "env": [{"name": "1A", "value": 1}]},
+            "other": {"version": "1.0.0", "dependsOn": {"missing": "1.0.0", "tuning2": "x"}},
+        },
+        "additionalTolerations": [{"operator": "Equal"}, {"key": "a", "effect": "NoRun"}],
+    }, name="Bad_Name")
+    with pytest.raises(ValidationError) as err:
+        validate_nodewright(obj)
+    fields = [e.field for e in err.value.errors]
+    assert fields == [
+        "metadata.name", "spec.bogus", "spec.nodeSelectors",
+        "spec.packages.tuning.version", "spec.packages.tuning.interrupt.type",
+        "spec.packages.tuning.env[0].name", "spec.packages.tuning.env[0].value",
+        "spec.packages.other.dependsOn.tuning2",
+        "spec.packages.other.dependsOn.missing",
+        "spec.priority", "spec.runtimeRequired",
+        "spec.additionalTolerations[0]", "spec.additionalTolerations[1].effect",
+    ]
+    text = str(err.value)
+    assert text.startswith("13 problems: (1) metadata.name: 'Bad_Name' is not a valid NodeWright name")
+    assert "(10) spec.priority: must be a whole number from 1 to 9223372036854775807" in text
+
+
+def test_every_dependency_problem_is_reported():
+    obj = nodewright({"packages": {
+        "aa": {"version": "1.0.0", "dependsOn": {"bb": "1.0.0", "zz": "1.0.0"}},
+        "bb": {"version": "1.0.0", "dependsOn": {"aa": "1.0.0", "cc": "2.0.0"}},
+        "cc": {"version": "1.0.0", "dependsOn": {"cc": "1.0.0"}},
+    }})
+    with pytest.raises(ValidationError) as err:
+        validate_nodewright(obj)
+    messages = [str(e) for e in err.value.errors]
+    assert messages == [
+        "spec.packages.aa.dependsOn.zz: depends on package 'zz', which this resource does not define "
+        "(add zz to packages or remove the dependency)",
+        "spec.packages.bb.dependsOn.cc: depends on cc 2.0.0, but the resource has cc 1.0.0 "
+        "(make the dependsOn version match the package's version)",
+        "spec.packages.cc.dependsOn.cc: package cc depends on itself",
+        "spec.packages.bb.dependsOn: dependsOn forms a cycle: aa -> bb -> aa "
+        "(packages must form a DAG; remove one of these dependencies)",
+    ]
+
+
+def test_unknown_fields_are_all_named_with_the_nearest_known_one():
+    with pytest.raises(ValidationError) as err:
+        validate_nodewright(nodewright({"priorty": 1, "nodeSelector": {}}))
+    assert [e.field for e in err.value.errors] == ["spec.priorty", "spec.nodeSelector"]
+    assert "did you mean 'priority'?" in err.value.errors[0].hint
+    assert "did you mean 'nodeSelectors'?" in err.value.errors[1].hint
+
+
+@pytest.mark.parametrize("priority", [1, 200, 2 ** 63 - 1])
+def test_priority_in_the_crds_range_is_accepted(priority):
+    assert validate_nodewright(nodewright({"priority": priority}))["spec"]["priority"] == priority
+
+
+@pytest.mark.parametrize("priority", [0, -1, 2 ** 63, 10 ** 30, 1.5, "10", True])
+def test_priority_outside_the_crds_range_is_refused(priority):
+    with pytest.raises(ValidationError) as err:
+        validate_nodewright(nodewright({"priority": priority}))
+    assert err.value.field == "spec.priority"
+
+
+def test_a_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(ValidationError):
+        validate_nodewright(nodewright(name="gpu-tuning\n"))
+    with pytest.raises(ValidationError):
+        validate_nodewright(with_package(version="1.2.3\n"))

@@ -334,3 +334,24 @@ def test_kind_specific_entry_points():
         convert_deployment_policy(skyhook_from_cluster())
     with pytest.raises(ValidationError):
         convert("not an object")
+
+
+def test_every_problem_of_a_skyhook_object_is_reported_at_once():
+    obj = with_package_field("resources", {"cpuRequest": "100m"})
+    obj["spec"]["packages"]["tuning"]["name"] = "other"
+    obj["spec"]["drainConfig"] = {"timeout": "10m"}
+    obj["spec"]["sequencing"] = "all"
+    obj["spec"]["priority"] = 0
+    with pytest.raises(ValidationError) as err:
+        convert(obj)
+    assert [e.field for e in err.value.errors] == [
+        "spec.packages.tuning.name", "spec.packages.tuning.resources", "spec.drainConfig", "spec.sequencing",
+        "spec.priority"]
+    assert str(err.value).startswith("5 problems: (1) spec.packages.tuning.name: package name 'other' differs")
+    assert "(2) spec.packages.tuning.resources: has no NodeWright equivalent" in str(err.value)
+
+
+def test_the_drop_hint_can_name_the_callers_own_option():
+    with pytest.raises(ValidationError) as err:
+        convert(with_spec_field("drainConfig", {"timeout": "10m"}), drop_hint="list %r in skyhook_drop")
+    assert err.value.hint == "remove it from the source resource, or list 'spec.drainConfig' in skyhook_drop"

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 
 class NodeWrightError(Exception):
     """Base error. ``hint`` tells the operator what to do next."""
@@ -31,13 +33,20 @@ class ValidationError(NodeWrightError):
         self.field = field
         self.source = source
         self.line = line
+        self.problem = message  # without the field and source in front
         where = []
-        if source:
+        if source and not _names_itself(message, str(source)):
             where.append(str(source) + (":%d" % line if line else ""))
-        if field:
+        # "timeout must be ..." needs no "timeout: " in front of it.
+        if field and not _names_itself(message, field):
             where.append(field)
         prefix = (": ".join(where) + ": ") if where else ""
         super().__init__(prefix + message, hint=hint)
+
+
+def _names_itself(message, where):
+    """Whether ``message`` already starts with ``where`` (its field or source)."""
+    return message.startswith(where) and message[len(where):len(where) + 1] in (" ", ":", "")
 
 
 class SelectorError(ValidationError):
@@ -50,3 +59,25 @@ class ClusterError(NodeWrightError):
 
 class TimeoutExceeded(NodeWrightError):
     """A wait ran past its deadline. ``details['result']`` holds what was seen."""
+
+
+@contextlib.contextmanager
+def carry_result(result):
+    """Inside, a failure carries ``result`` - what was done so far, ``changed`` included -
+    into the failed result: a task that cordoned a node and then failed says
+    ``changed: true``. Keys the error carries itself win."""
+    try:
+        yield result
+    except NodeWrightError as exc:
+        own = exc.details.get("result") if isinstance(exc.details.get("result"), dict) else {}
+        merged = dict(result)
+        merged.update(own)
+        merged["changed"] = bool(result.get("changed") or own.get("changed") or exc.details.get("changed"))
+        exc.details["result"] = merged
+        raise
+    except Exception as exc:
+        try:
+            exc.nodewright_result = dict(result)
+        except AttributeError:  # an exception type without a __dict__ carries nothing
+            pass
+        raise

@@ -10,7 +10,11 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (  # noqa: F401 (carry_result: for modules)
+    NodeWrightError,
+    ValidationError,
+    carry_result,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_ARG_SPEC, get_api_client
 
 
@@ -32,22 +36,30 @@ class NodeWrightModule(AnsibleModule):
 
 
 def result_of(fn):
-    """Call ``fn()`` and turn a NodeWright error into a failed result a person can act on."""
+    """Call ``fn()`` and turn a NodeWright error into a failed result a person can act on.
+
+    A failure says ``changed: true`` when the work changed something before it failed:
+    the error's ``details["changed"]``, or ``changed`` in the partial result it carries
+    (``details["result"]``, see ``carry_result``)."""
     try:
         result = fn()
     except NodeWrightError as exc:
         result = {}
         if exc.hint:
             result["hint"] = exc.hint
-        for key, value in (exc.details or {}).items():
+        details = exc.details or {}
+        for key, value in details.items():
             if key == "result" and isinstance(value, dict):
                 result.update(value)
             else:
                 result[key] = value
-        result.update(failed=True, msg=exc.message, changed=bool((exc.details or {}).get("changed")))
+        partial = details.get("result") if isinstance(details.get("result"), dict) else {}
+        result.update(failed=True, msg=exc.message,
+                      changed=bool(details.get("changed") or partial.get("changed")))
         return result
     except Exception as exc:  # an unexpected bug: keep the traceback, but lead with a sentence
-        return {"failed": True, "changed": False, "msg": "unexpected error: %s" % exc,
+        partial = getattr(exc, "nodewright_result", None) or {}
+        return {"failed": True, "changed": bool(partial.get("changed")), "msg": "unexpected error: %s" % exc,
                 "exception": traceback.format_exc()}
     result.setdefault("changed", False)
     return result
@@ -63,6 +75,25 @@ class InProcessModule(object):
 
     def api_client(self):
         return get_api_client(self.params)
+
+
+def check_text(value, field, max_length=1024, required=False):
+    """A free-text option (a reason, a message) that ends up in an annotation, a
+    condition or an Event: a string of at most ``max_length`` characters."""
+    if value is None:
+        if required:
+            raise ValidationError("is required", field=field)
+        return value
+    if not isinstance(value, str):
+        raise ValidationError("must be text, got %s" % type(value).__name__, field=field)
+    if required and not value.strip():
+        raise ValidationError("must not be empty", field=field)
+    if len(value) > max_length:
+        raise ValidationError("is %d characters long; at most %d fit" % (len(value), max_length), field=field,
+                              hint="shorten it; the full text belongs in a log or the task's result")
+    if "\0" in value:
+        raise ValidationError("contains a NUL character", field=field)
+    return value
 
 
 def full_argument_spec(argument_spec):

@@ -66,3 +66,65 @@ def read_bool(mapping, key, where, default):
     if not isinstance(value, bool):
         raise ValidationError("must be true or false, got %r" % (value,), field=field_path(where, key))
     return value
+
+
+class Problems(object):
+    """Collects every problem of one input, so that a person fixes them all in one go.
+
+    ``with problems.collect(): check(...)`` records a ``ValidationError`` raised inside
+    and carries on; ``raise_if_any()`` then raises one ``ValidationErrors`` naming each.
+    Parts that depend on a failed one are the caller's to skip (``problems.ok``)."""
+
+    def __init__(self, source=None):
+        self.errors = []
+        self.source = source
+
+    def add(self, error):
+        several = getattr(error, "errors", None)
+        if isinstance(several, list) and several and all(isinstance(e, ValidationError) for e in several):
+            self.errors.extend(several)  # ValidationErrors, and the package model's PackageError
+        else:
+            self.errors.append(error)
+
+    def collect(self):
+        return _Collect(self)
+
+    @property
+    def ok(self):
+        return not self.errors
+
+    def raise_if_any(self):
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ValidationErrors(self.errors)
+
+
+class _Collect(object):
+    def __init__(self, problems):
+        self.problems = problems
+        self.failed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is not None and isinstance(exc, ValidationError):
+            self.problems.add(exc)
+            self.failed = True
+            return True
+        return False
+
+
+class ValidationErrors(ValidationError):
+    """Several problems of one input. ``errors`` holds each; the message lists them all."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        first = self.errors[0]
+        self.problems = [str(e) for e in self.errors]
+        ValidationError.__init__(self, "%d problems: %s" % (len(self.errors), "; ".join(
+            "(%d) %s" % (n, text) for n, text in enumerate(self.problems, 1))))
+        self.field = first.field
+        self.source = first.source
+        self.line = first.line

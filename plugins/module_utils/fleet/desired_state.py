@@ -19,6 +19,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package import pl
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_policy,
@@ -34,10 +35,18 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
 )
 
 
+def _order_key(resource):
+    spec = resource.get("spec") if isinstance(resource.get("spec"), dict) else {}
+    priority = spec.get("priority", DEFAULT_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        priority = DEFAULT_PRIORITY  # validation reports it; the order must not fail on it
+    metadata = resource.get("metadata") if isinstance(resource.get("metadata"), dict) else {}
+    return priority, str(metadata.get("name") or "")
+
+
 def order_resources(resources):
     """Priority order: lower priority value first, then name (as Skyhook does)."""
-    return sorted(resources, key=lambda r: (r.get("spec", {}).get("priority", DEFAULT_PRIORITY),
-                                            r["metadata"]["name"]))
+    return sorted(resources, key=_order_key)
 
 
 def targeted_nodes(resource, nodes):
@@ -60,7 +69,7 @@ def resolve_source(name, package, package_dirs, where, resolver=None):
             ref = package_sources.image_ref_for_package(package["image"], package["version"],
                                                         package.get("containerSHA"))
         except ValueError as exc:
-            raise ValidationError("package %s: %s" % (name, exc), field=where + ".image",
+            raise ValidationError(str(exc), field=where + ".image",
                                   hint="image is the repository (registry/path), version the tag, containerSHA "
                                        "sha256:<64 hex>")
         resolver = resolver if resolver is not None else package_sources.ImageResolver()
@@ -68,15 +77,45 @@ def resolve_source(name, package, package_dirs, where, resolver=None):
     candidates = []
     source = package.get("source")
     if source and os.path.isabs(source):
-        candidates.append(source)
+        candidates.append(os.path.normpath(source))
     for d in package_dirs:
-        candidates.append(os.path.join(d, source or name))
+        candidates.append(os.path.normpath(os.path.join(d, source or name)))
     for c in candidates:
         if os.path.isdir(c):
             return os.path.abspath(c)
-    raise ValidationError("package %s: no package directory found (looked in %s)" % (name, ", ".join(candidates)),
+    raise ValidationError("no package directory found (looked in %s)" % (", ".join(candidates) or "no directory"),
                           field=where + (".source" if source else ""),
-                          hint="set source to the package directory")
+                          hint="set source to the package directory, or add the directory that holds it to "
+                               "nodewright_extra_package_dirs")
+
+
+# The package planner names the fields of its own spec ("packages[0].version"); a
+# resource's are spec.packages.<name>.version, configMap, dependsOn, configInterrupts.
+_SPEC_FIELDS = ((".config_interrupts", ".configInterrupts"), (".config", ".configMap"),
+                (".depends_on", ".dependsOn"), (".src", ".source"))
+
+
+def _in_resource(exc, where):
+    """``exc`` (one problem or several) with the planner's field paths turned into the
+    resource's (``spec.packages.<name>...``)."""
+    errors = exc.errors if isinstance(getattr(exc, "errors", None), list) and exc.errors else [exc]
+    problems = Problems()
+    for error in errors:
+        field = error.field or ""
+        if not field.startswith("packages[0]"):
+            problems.add(error)
+            continue
+        rest = field[len("packages[0]"):]
+        for old, new in _SPEC_FIELDS:
+            if rest.startswith(old):
+                rest = new + rest[len(old):]
+                break
+        problems.add(ValidationError(getattr(error, "problem", error.message), field=where + rest, hint=error.hint))
+    try:
+        problems.raise_if_any()
+    except ValidationError as mapped:
+        return mapped
+    return exc
 
 
 def _load(src, cache):
@@ -91,21 +130,27 @@ def package_specs(resource, package_dirs, cache=None):
     """The package module's specs for a validated NodeWright resource, each checked
     against its manifest (version, expected config) before any node is touched."""
     specs = []
+    problems = Problems()
     for name, pkg in sorted((resource["spec"].get("packages") or {}).items()):
         where = "spec.packages.%s" % name
-        src = resolve_source(name, pkg, package_dirs, where)
-        spec = {"name": name, "src": src, "version": pkg["version"], "config": pkg.get("configMap") or {}}
-        if pkg.get("interrupt"):
-            spec["interrupt"] = pkg["interrupt"]
-        if pkg.get("configInterrupts"):
-            spec["config_interrupts"] = pkg["configInterrupts"]
-        if pkg.get("dependsOn"):
-            spec["depends_on"] = pkg["dependsOn"]
-        if pkg.get("env"):
-            spec["env"] = {e["name"]: e.get("value", "") for e in pkg["env"] if "name" in e}
-        package = _load(src, cache)
-        package_planner.desired_from_spec(spec, package)  # version and config checked here
-        specs.append(spec)
+        with problems.collect():
+            src = resolve_source(name, pkg, package_dirs, where)
+            spec = {"name": name, "src": src, "version": pkg["version"], "config": pkg.get("configMap") or {}}
+            if pkg.get("interrupt"):
+                spec["interrupt"] = pkg["interrupt"]
+            if pkg.get("configInterrupts"):
+                spec["config_interrupts"] = pkg["configInterrupts"]
+            if pkg.get("dependsOn"):
+                spec["depends_on"] = pkg["dependsOn"]
+            if pkg.get("env"):
+                spec["env"] = {e["name"]: e.get("value", "") for e in pkg["env"] if "name" in e}
+            package = _load(src, cache)
+            try:
+                package_planner.desired_from_spec(spec, package)  # version and config checked here
+            except ValidationError as exc:
+                raise _in_resource(exc, where)
+            specs.append(spec)
+    problems.raise_if_any()
     return specs
 
 

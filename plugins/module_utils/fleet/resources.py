@@ -20,6 +20,8 @@ import copy
 import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems, did_you_mean
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     ANNOTATION_DISABLE,
     ANNOTATION_PAUSE,
@@ -47,6 +49,10 @@ KIND_NODEWRIGHT = "NodeWright"
 KIND_DEPLOYMENT_POLICY = "DeploymentPolicy"
 
 DEFAULT_PRIORITY = 200
+# spec.priority is an OpenAPI integer without a format: the API server takes any
+# value that fits in 64 bits and refuses larger ones ("must be of type integer").
+PRIORITY_MIN = 1
+PRIORITY_MAX = 2 ** 63 - 1
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -64,10 +70,11 @@ ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 SERVICE_PATTERN = r"^[-a-zA-Z0-9:_.@\\]+$"
 # A NodeWright's name becomes part of label and annotation keys on nodes
 # (nodewright.io/status-<name>), whose name part is at most 63 characters.
+# (The API server also holds every object name to the DNS-1123 subdomain rule; names.py checks both.)
 NODEWRIGHT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-NODEWRIGHT_NAME_MAX = 56
-OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-OBJECT_NAME_MAX = 253
+NODEWRIGHT_NAME_MAX = names.NODEWRIGHT_NAME_MAX
+OBJECT_NAME_PATTERN = names.DNS1123_SUBDOMAIN_PATTERN
+OBJECT_NAME_MAX = names.DNS1123_SUBDOMAIN_MAX
 
 NODEWRIGHT_SPEC_FIELDS = ("nodeSelectors", "packages", "podNonInterruptLabels", "interruptionBudget",
                           "deploymentPolicy", "deploymentPolicyOptions", "priority", "runtimeRequired",
@@ -101,10 +108,15 @@ def _mapping(value, where, what):
 
 
 def _allowed(mapping, allowed, where):
+    """Refuse every key of ``mapping`` not in ``allowed`` (all of them, each with the nearest known one)."""
+    problems = Problems()
     for key in mapping:
         if key not in allowed:
-            raise ValidationError("unknown field %r" % (key,), field=_key_path(where, key),
-                                  hint="allowed here: %s" % ", ".join(allowed))
+            near = did_you_mean(key, allowed)
+            problems.add(ValidationError("unknown field %r" % (key,), field=_key_path(where, key),
+                                         hint="%sallowed here: %s" % (near + " " if near else "",
+                                                                      ", ".join(allowed))))
+    problems.raise_if_any()
 
 
 def _string(value, where, what, pattern=None, max_length=None, hint=None):
@@ -113,7 +125,7 @@ def _string(value, where, what, pattern=None, max_length=None, hint=None):
     if max_length is not None and len(value) > max_length:
         raise ValidationError("%s is %d characters; the limit is %d" % (what, len(value), max_length),
                               field=where, hint=hint)
-    if pattern is not None and not _RE[pattern].match(value):
+    if pattern is not None and not _RE[pattern].fullmatch(value):
         raise ValidationError("%s %r is not valid" % (what, value), field=where, hint=hint)
     return value
 
@@ -133,7 +145,8 @@ def _check_header(obj, kind, where=""):
     if api_version != GROUP_VERSION or obj.get("kind") != kind:
         hint = "use apiVersion: %s and kind: %s" % (GROUP_VERSION, kind)
         if isinstance(api_version, str) and api_version.startswith(("skyhook.nvidia.com/", "nodewright.nvidia.com/")):
-            hint = "this is a Skyhook resource; convert it with skyhook_convert.convert() first"
+            hint = ("this is a Skyhook resource: give it to nodewright.fleet.desired_state, which converts it, or "
+                    "convert it first with convert() of the collection's module_utils/fleet/skyhook.py")
         raise ValidationError("expected %s %s, got %s %s" % (GROUP_VERSION, kind, api_version, obj.get("kind")),
                               field="apiVersion", hint=hint)
     metadata = _mapping(_or_empty(obj.get("metadata"), {}), "metadata", "metadata")
@@ -151,57 +164,59 @@ def _label_selector(value, where):
 
 def validate_semver(value, where, what="version"):
     return _string(value, where, what, "semver", 128,
-                   hint="use semantic versioning MAJOR.MINOR.PATCH, e.g. 1.2.3 or 2.0.0-rc.1 (no leading v)")
+                   hint="use semantic versioning MAJOR.MINOR.PATCH, e.g. 1.2.3 or 2.0.0-rc.1, with no leading v")
 
 
 def _interrupt(value, where):
     _mapping(value, where, "an interrupt")
     _allowed(value, ("type", "services"), where)
+    problems = Problems()
     kind = value.get("type")
     if kind not in INTERRUPT_TYPES:
-        raise ValidationError("unknown interrupt type %r" % (kind,), field=where + ".type",
-                              hint="one of: %s" % ", ".join(INTERRUPT_TYPES))
+        problems.add(ValidationError("unknown interrupt type %r" % (kind,), field=where + ".type",
+                                     hint="one of: %s" % ", ".join(INTERRUPT_TYPES)))
     services = _or_empty(value.get("services"), [])
     if not isinstance(services, list):
-        raise ValidationError("must be a list of systemd unit names", field=where + ".services")
-    if kind == "service" and not services:
-        raise ValidationError("interrupt type service needs services", field=where + ".services",
-                              hint="list the systemd units to restart, e.g. [containerd, kubelet]")
-    if kind != "service" and services:
-        raise ValidationError("services are only used by interrupt type service, not %s" % kind,
-                              field=where + ".services",
-                              hint="remove services, or use type: service")
+        problems.add(ValidationError("must be a list of systemd unit names", field=where + ".services"))
+        services = []
+    elif kind == "service" and not services:
+        problems.add(ValidationError("interrupt type service needs services", field=where + ".services",
+                                     hint="list the systemd units to restart, e.g. [containerd, kubelet]"))
+    elif kind in INTERRUPT_TYPES and kind != "service" and services:
+        problems.add(ValidationError("services are only used by interrupt type service, not %s" % kind,
+                                     field=where + ".services",
+                                     hint="remove services, or use type: service"))
     for n, unit in enumerate(services):
-        _string(unit, "%s.services[%d]" % (where, n), "service", "service", 256,
-                hint="a systemd unit name such as containerd or nvidia-persistenced.service")
+        with problems.collect():
+            _string(unit, "%s.services[%d]" % (where, n), "service", "service", 256,
+                    hint="a systemd unit name such as containerd or nvidia-persistenced.service")
+    problems.raise_if_any()
     out = {"type": kind}
     if services:
         out["services"] = list(services)
     return out
 
 
-def _env(value, where):
-    if not isinstance(value, list):
-        raise ValidationError("must be a list of environment variables", field=where,
-                              hint="e.g. [{name: PROFILE, value: throughput}]")
-    seen = set()
-    out = []
-    for n, item in enumerate(value):
-        here = "%s[%d]" % (where, n)
-        _mapping(item, here, "an environment variable")
-        _allowed(item, ("name", "value", "valueFrom"), here)
+def _env_item(item, here, seen):
+    _mapping(item, here, "an environment variable")
+    _allowed(item, ("name", "value", "valueFrom"), here)
+    problems = Problems()
+    name = None
+    with problems.collect():
         name = _string(item.get("name"), here + ".name", "variable name", "env", 256,
                        hint="letters, digits, '_', '-', '.'; not starting with a digit")
+    if name is not None:
         if name in seen:
-            raise ValidationError("variable %s is set twice" % name, field=here + ".name",
-                                  hint="keep one entry per variable")
+            problems.add(ValidationError("variable %s is set twice" % name, field=here + ".name",
+                                         hint="keep one entry per variable"))
         seen.add(name)
-        if "value" in item and "valueFrom" in item:
-            raise ValidationError("sets both value and valueFrom", field=here, hint="keep one")
-        if "value" in item and not isinstance(item["value"], str):
-            raise ValidationError("value must be a string, got %r" % (item["value"],), field=here + ".value",
-                                  hint="quote numbers and booleans in YAML")
-        if "valueFrom" in item:
+    if "value" in item and "valueFrom" in item:
+        problems.add(ValidationError("sets both value and valueFrom", field=here, hint="keep one"))
+    if "value" in item and not isinstance(item["value"], str):
+        problems.add(ValidationError("value must be a string, got %r" % (item["value"],), field=here + ".value",
+                                     hint="quote numbers and booleans in YAML"))
+    if "valueFrom" in item:
+        with problems.collect():
             source = _mapping(item["valueFrom"], here + ".valueFrom", "valueFrom")
             _allowed(source, ("secretKeyRef", "configMapKeyRef"), here + ".valueFrom")
             if len(source) != 1:
@@ -211,12 +226,26 @@ def _env(value, where):
             ref_where = "%s.valueFrom.%s" % (here, ref_kind)
             ref = _mapping(source[ref_kind], ref_where, ref_kind)
             _allowed(ref, ("name", "key", "optional"), ref_where)
-            _string(ref.get("name"), ref_where + ".name", "name", max_length=253)
-            _string(ref.get("key"), ref_where + ".key", "key", max_length=253)
+            with problems.collect():
+                _string(ref.get("name"), ref_where + ".name", "name", max_length=253)
+            with problems.collect():
+                _string(ref.get("key"), ref_where + ".key", "key", max_length=253)
             if "optional" in ref and not isinstance(ref["optional"], bool):
-                raise ValidationError("must be true or false", field=ref_where + ".optional")
-        out.append(copy.deepcopy(item))
-    return out
+                problems.add(ValidationError("must be true or false", field=ref_where + ".optional"))
+    problems.raise_if_any()
+
+
+def _env(value, where):
+    if not isinstance(value, list):
+        raise ValidationError("must be a list of environment variables", field=where,
+                              hint="e.g. [{name: PROFILE, value: throughput}]")
+    seen = set()
+    problems = Problems()
+    for n, item in enumerate(value):
+        with problems.collect():
+            _env_item(item, "%s[%d]" % (where, n), seen)
+    problems.raise_if_any()
+    return [copy.deepcopy(item) for item in value]
 
 
 def _package(name, value, where):
@@ -224,195 +253,283 @@ def _package(name, value, where):
     if "name" in value:
         raise ValidationError("a package takes its name from its key; remove name", field=where + ".name",
                               hint="write packages: {%s: {version: ...}}" % name)
-    _allowed(value, PACKAGE_FIELDS, where)
-    out = {"version": validate_semver(value.get("version"), where + ".version")}
+    problems = Problems()
+    with problems.collect():
+        _allowed(value, PACKAGE_FIELDS, where)
+    out = {}
+    with problems.collect():
+        out["version"] = validate_semver(value.get("version"), where + ".version")
     if value.get("image") is not None:
-        out["image"] = _string(value["image"], where + ".image", "image", "image", 512,
-                               hint="give the repository only (e.g. ghcr.io/org/pkg); the tag is the version, "
-                                    "the digest goes in containerSHA")
+        with problems.collect():
+            out["image"] = _string(value["image"], where + ".image", "image", "image", 512,
+                                   hint="give the repository only (e.g. ghcr.io/org/pkg); the tag is the version, "
+                                        "the digest goes in containerSHA")
     if value.get("source") is not None:
-        out["source"] = _string(value["source"], where + ".source", "source", max_length=4096,
-                                hint="the path of the package directory")
-        if "\n" in out["source"] or "\0" in out["source"]:
-            raise ValidationError("source must be a single path", field=where + ".source")
-    if "image" in out and "source" in out:
-        raise ValidationError("sets both image and source", field=where,
-                              hint="a package comes from an image or from a directory (source), not both")
+        with problems.collect():
+            out["source"] = _string(value["source"], where + ".source", "source", max_length=4096,
+                                    hint="the path of the package directory")
+            if "\n" in out["source"] or "\0" in out["source"]:
+                raise ValidationError("source must be a single path", field=where + ".source")
+    if value.get("image") is not None and value.get("source") is not None:
+        problems.add(ValidationError("sets both image and source", field=where,
+                                     hint="a package comes from an image or from a directory (source), not both"))
     if value.get("containerSHA") is not None:
-        if "image" not in out:
-            raise ValidationError("containerSHA pins an image, but the package has none",
-                                  field=where + ".containerSHA", hint="set image, or remove containerSHA")
-        out["containerSHA"] = _string(value["containerSHA"], where + ".containerSHA", "containerSHA", "sha", 71,
-                                      hint="sha256: followed by 64 lowercase hex characters")
+        with problems.collect():
+            if value.get("image") is None:
+                raise ValidationError("containerSHA pins an image, but the package has none",
+                                      field=where + ".containerSHA", hint="set image, or remove containerSHA")
+            out["containerSHA"] = _string(value["containerSHA"], where + ".containerSHA", "containerSHA", "sha",
+                                          71, hint="sha256: followed by 64 lowercase hex characters")
     if value.get("interrupt") is not None:
-        out["interrupt"] = _interrupt(value["interrupt"], where + ".interrupt")
+        with problems.collect():
+            out["interrupt"] = _interrupt(value["interrupt"], where + ".interrupt")
     config = {}
+    config_ok = True
     if value.get("configMap") is not None:
-        _mapping(value["configMap"], where + ".configMap", "configMap")
-        for key, content in value["configMap"].items():
-            here = _key_path(where + ".configMap", key)
-            _string(key, here, "config key", "config", 253,
-                    hint="config keys are file names: letters, digits, '-', '_', '.'; no '/'")
-            if not isinstance(content, str):
-                raise ValidationError("config content must be a string, got %s" % type(content).__name__,
-                                      field=here, hint="use a YAML block scalar (|) for file content")
-            config[key] = content
-        out["configMap"] = config
+        with problems.collect() as block:
+            _mapping(value["configMap"], where + ".configMap", "configMap")
+            for key, content in value["configMap"].items():
+                here = _key_path(where + ".configMap", key)
+                with problems.collect() as one:
+                    _string(key, here, "config key", "config", 253,
+                            hint="config keys are file names: letters, digits, '-', '_', '.'; no '/'")
+                    if key in (".", ".."):
+                        raise ValidationError("config key %r cannot be a file name" % key, field=here,
+                                              hint="config keys are file names; '.' and '..' name directories")
+                    if not isinstance(content, str):
+                        raise ValidationError("config content must be a string, got %s" % type(content).__name__,
+                                              field=here, hint="use a YAML block scalar (|) for file content")
+                    config[key] = content
+                config_ok = config_ok and not one.failed
+            out["configMap"] = config
+        config_ok = config_ok and not block.failed
     if value.get("configInterrupts") is not None:
-        _mapping(value["configInterrupts"], where + ".configInterrupts", "configInterrupts")
-        interrupts = {}
-        for key, interrupt in value["configInterrupts"].items():
-            here = _key_path(where + ".configInterrupts", key)
-            _string(key, here, "configInterrupts key", "config_glob", 253,
-                    hint="a configMap key, or a pattern with '*'")
-            if not any(config_key_matches(key, k) for k in config):
-                raise ValidationError("%r matches no key of configMap" % key, field=here,
-                                      hint="configMap keys: %s" % (", ".join(sorted(config)) or "none"))
-            interrupts[key] = _interrupt(interrupt, here)
-        out["configInterrupts"] = interrupts
+        with problems.collect():
+            _mapping(value["configInterrupts"], where + ".configInterrupts", "configInterrupts")
+            interrupts = {}
+            for key, interrupt in value["configInterrupts"].items():
+                here = _key_path(where + ".configInterrupts", key)
+                with problems.collect():
+                    _string(key, here, "configInterrupts key", "config_glob", 253,
+                            hint="a configMap key, or a pattern with '*'")
+                    # Only against a configMap that is itself right: its own problems are reported above.
+                    if config_ok and not any(config_key_matches(key, k) for k in config):
+                        raise ValidationError("%r matches no key of configMap" % key, field=here,
+                                              hint="configMap keys: %s" % (", ".join(sorted(config)) or "none"))
+                    interrupts[key] = _interrupt(interrupt, here)
+            out["configInterrupts"] = interrupts
     if value.get("dependsOn") is not None:
-        _mapping(value["dependsOn"], where + ".dependsOn", "dependsOn")
-        depends = {}
-        for dep, version in value["dependsOn"].items():
-            here = _key_path(where + ".dependsOn", dep)
-            depends[dep] = validate_semver(version, here, "dependsOn version")
-        out["dependsOn"] = depends
+        with problems.collect():
+            _mapping(value["dependsOn"], where + ".dependsOn", "dependsOn")
+            depends = {}
+            for dep, version in value["dependsOn"].items():
+                here = _key_path(where + ".dependsOn", dep)
+                with problems.collect():
+                    depends[dep] = validate_semver(version, here, "dependsOn version")
+            out["dependsOn"] = depends
     if value.get("env") is not None:
-        out["env"] = _env(value["env"], where + ".env")
+        with problems.collect():
+            out["env"] = _env(value["env"], where + ".env")
+    problems.raise_if_any()
     return out
 
 
 def _check_dependencies(packages, where):
-    for name, pkg in packages.items():
-        for dep, version in (pkg.get("dependsOn") or {}).items():
+    """Every dependency problem: a package depending on itself, on a package the
+    resource does not define or at another version, and each cycle."""
+    problems = Problems()
+    for name, pkg in sorted(packages.items()):
+        for dep, version in sorted((pkg.get("dependsOn") or {}).items()):
             here = _key_path("%s.%s.dependsOn" % (where, name), dep)
             if dep == name:
-                raise ValidationError("package %s depends on itself" % name, field=here)
-            if dep not in packages:
-                raise ValidationError("depends on package %r, which this resource does not define" % dep,
-                                      field=here, hint="add %s to packages or remove the dependency" % dep)
-            if packages[dep]["version"] != version:
-                raise ValidationError("depends on %s %s, but the resource has %s %s"
-                                      % (dep, version, dep, packages[dep]["version"]), field=here,
-                                      hint="make the dependsOn version match the package's version")
-    # Cycles: depth-first search, reporting the loop in order.
+                problems.add(ValidationError("package %s depends on itself" % name, field=here))
+            elif dep not in packages:
+                problems.add(ValidationError("depends on package %r, which this resource does not define" % dep,
+                                             field=here, hint="add %s to packages or remove the dependency" % dep))
+            elif packages[dep].get("version") != version:
+                problems.add(ValidationError("depends on %s %s, but the resource has %s %s"
+                                             % (dep, version, dep, packages[dep].get("version")), field=here,
+                                             hint="make the dependsOn version match the package's version"))
+    # Cycles: depth-first search, reporting each loop in order.
     state = {}
+    seen_loops = set()
 
     def visit(name, trail):
         state[name] = "open"
         for dep in sorted(packages[name].get("dependsOn") or {}):
+            if dep == name or dep not in packages:
+                continue
             if state.get(dep) == "open":
                 loop = trail[trail.index(dep):] + [dep]
-                raise ValidationError("dependsOn forms a cycle: %s" % " -> ".join(loop),
-                                      field="%s.%s.dependsOn" % (where, name),
-                                      hint="packages must form a DAG; remove one of these dependencies")
-            if dep not in state:
+                if frozenset(loop) not in seen_loops:
+                    seen_loops.add(frozenset(loop))
+                    problems.add(ValidationError("dependsOn forms a cycle: %s" % " -> ".join(loop),
+                                                 field="%s.%s.dependsOn" % (where, name),
+                                                 hint="packages must form a DAG; remove one of these dependencies"))
+            elif dep not in state:
                 visit(dep, trail + [dep])
         state[name] = "done"
 
     for name in sorted(packages):
         if name not in state:
             visit(name, [name])
+    problems.raise_if_any()
+
+
+def _toleration(item, here):
+    _mapping(item, here, "a toleration")
+    _allowed(item, ("key", "operator", "value", "effect", "tolerationSeconds"), here)
+    problems = Problems()
+    key = item.get("key") or ""
+    operator = item.get("operator") or "Equal"
+    if operator not in TOLERATION_OPERATORS:
+        problems.add(ValidationError("unknown operator %r" % (operator,), field=here + ".operator",
+                                     hint="Exists or Equal"))
+    if key:
+        with problems.collect():
+            validate_key(key, here + ".key")
+    elif operator != "Exists":
+        problems.add(ValidationError("a toleration without a key must use operator Exists", field=here,
+                                     hint="add a key, or set operator: Exists to tolerate every taint"))
+    if operator == "Exists" and item.get("value"):
+        problems.add(ValidationError("operator Exists takes no value", field=here + ".value"))
+    elif item.get("value"):
+        with problems.collect():
+            names.label_value(item["value"], here + ".value")
+    effect = item.get("effect") or ""
+    if effect and effect not in TOLERATION_EFFECTS:
+        problems.add(ValidationError("unknown effect %r" % (effect,), field=here + ".effect",
+                                     hint="one of %s, or leave it out for all" % ", ".join(TOLERATION_EFFECTS)))
+    if item.get("tolerationSeconds") is not None:
+        seconds = item["tolerationSeconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            problems.add(ValidationError("must be a whole number of seconds", field=here + ".tolerationSeconds"))
+        elif effect != "NoExecute":
+            problems.add(ValidationError("tolerationSeconds only applies to effect NoExecute",
+                                         field=here + ".tolerationSeconds"))
+    problems.raise_if_any()
+
+
+def _dependency_view(raw_packages, packages):
+    """``{name: {version, dependsOn}}`` of every package: the validated ones as they are,
+    a broken one with its version and the dependsOn entries whose version is valid."""
+    view = {}
+    for name, pkg in raw_packages.items():
+        if name in packages:
+            view[name] = packages[name]
+        elif isinstance(pkg, dict):
+            depends = pkg.get("dependsOn") if isinstance(pkg.get("dependsOn"), dict) else {}
+            view[name] = {"version": pkg.get("version"),
+                          "dependsOn": {d: v for d, v in depends.items()
+                                        if isinstance(v, str) and _RE["semver"].fullmatch(v)}}
+    return view
 
 
 def _tolerations(value, where):
     if not isinstance(value, list):
         raise ValidationError("must be a list of tolerations", field=where)
-    out = []
+    problems = Problems()
     for n, item in enumerate(value):
-        here = "%s[%d]" % (where, n)
-        _mapping(item, here, "a toleration")
-        _allowed(item, ("key", "operator", "value", "effect", "tolerationSeconds"), here)
-        key = item.get("key") or ""
-        operator = item.get("operator") or "Equal"
-        if operator not in TOLERATION_OPERATORS:
-            raise ValidationError("unknown operator %r" % (operator,), field=here + ".operator",
-                                  hint="Exists or Equal")
-        if key:
-            validate_key(key, here + ".key")
-        elif operator != "Exists":
-            raise ValidationError("a toleration without a key must use operator Exists", field=here,
-                                  hint="add a key, or set operator: Exists to tolerate every taint")
-        if operator == "Exists" and item.get("value"):
-            raise ValidationError("operator Exists takes no value", field=here + ".value")
-        effect = item.get("effect") or ""
-        if effect and effect not in TOLERATION_EFFECTS:
-            raise ValidationError("unknown effect %r" % (effect,), field=here + ".effect",
-                                  hint="one of %s, or leave it out for all" % ", ".join(TOLERATION_EFFECTS))
-        if item.get("tolerationSeconds") is not None:
-            seconds = item["tolerationSeconds"]
-            if isinstance(seconds, bool) or not isinstance(seconds, int):
-                raise ValidationError("must be a whole number of seconds", field=here + ".tolerationSeconds")
-            if effect != "NoExecute":
-                raise ValidationError("tolerationSeconds only applies to effect NoExecute",
-                                      field=here + ".tolerationSeconds")
-        out.append(copy.deepcopy(item))
-    return out
+        with problems.collect():
+            _toleration(item, "%s[%d]" % (where, n))
+    problems.raise_if_any()
+    return [copy.deepcopy(item) for item in value]
+
+
+def _priority(value):
+    if value is None:
+        return DEFAULT_PRIORITY
+    if isinstance(value, bool) or not isinstance(value, int) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise ValidationError("must be a whole number from %d to %d (a 64-bit integer, as the CRD takes it), "
+                              "got %s" % (PRIORITY_MIN, PRIORITY_MAX, _short(value)), field="spec.priority",
+                              hint="lower runs first; the default is %d" % DEFAULT_PRIORITY)
+    return value
+
+
+def _short(value, limit=40):
+    text = repr(value)
+    return text if len(text) <= limit else "%s... (%d characters)" % (text[:limit], len(text))
 
 
 def validate_nodewright(obj):
     """Validate a NodeWright resource; return a normalised copy with defaults filled in.
 
-    Raises ValidationError with the field path (``spec.packages.tuning.version``).
+    Raises ValidationError with the field path (``spec.packages.tuning.version``); with
+    several problems, one ``ValidationErrors`` that names every one of them.
     """
     metadata = _check_header(obj, KIND_NODEWRIGHT)
-    _string(metadata.get("name"), "metadata.name", "name", "nw_name", NODEWRIGHT_NAME_MAX,
-            hint="lowercase letters, digits, '-' and '.', at most %d characters (the name is part of "
-                 "label keys on nodes)" % NODEWRIGHT_NAME_MAX)
+    problems = Problems()
+    with problems.collect():
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValidationError("name must be a non-empty string, got %r" % (name,), field="metadata.name",
+                                  hint="lowercase letters, digits, '-' and '.', at most %d characters"
+                                       % NODEWRIGHT_NAME_MAX)
+        names.nodewright_name(name, "metadata.name")
     spec = _mapping(_or_empty(obj.get("spec"), {}), "spec", "spec")
-    _allowed(spec, NODEWRIGHT_SPEC_FIELDS, "spec")
+    with problems.collect():
+        _allowed(spec, NODEWRIGHT_SPEC_FIELDS, "spec")
 
-    out_spec = {
-        "nodeSelectors": _label_selector(spec.get("nodeSelectors"), "spec.nodeSelectors"),
-        "podNonInterruptLabels": _label_selector(spec.get("podNonInterruptLabels"), "spec.podNonInterruptLabels"),
-    }
+    out_spec = {}
+    for key in ("nodeSelectors", "podNonInterruptLabels"):
+        with problems.collect():
+            out_spec[key] = _label_selector(spec.get(key), "spec." + key)
     packages = {}
-    raw_packages = _mapping(_or_empty(spec.get("packages"), {}), "spec.packages", "packages")
-    for name, pkg in raw_packages.items():
-        here = _key_path("spec.packages", name)
-        _string(name, here, "package name", "package", 43,
-                hint="2-43 characters: lowercase letters, digits and '-', starting and ending with a letter")
-        packages[name] = _package(name, pkg, here)
-    _check_dependencies(packages, "spec.packages")
+    with problems.collect():
+        raw_packages = _mapping(_or_empty(spec.get("packages"), {}), "spec.packages", "packages")
+        packages_ok = True
+        for name, pkg in raw_packages.items():
+            here = _key_path("spec.packages", name)
+            with problems.collect() as one:
+                _string(name, here, "package name", "package", 43,
+                        hint="2-43 characters: lowercase letters, digits and '-', starting and ending with a letter")
+                packages[name] = _package(name, pkg, here)
+            packages_ok = packages_ok and not one.failed
+        # Dependencies are checked for every package, a broken one too (as far as its
+        # version and dependsOn can be read), so that each dependency problem is named.
+        _check_dependencies(_dependency_view(raw_packages, packages), "spec.packages")
     out_spec["packages"] = packages
 
-    if spec.get("interruptionBudget") is not None and spec.get("deploymentPolicy") is not None:
-        raise ValidationError("sets both interruptionBudget and deploymentPolicy", field="spec.interruptionBudget",
-                              hint="a DeploymentPolicy has its own budgets; remove interruptionBudget")
+    with problems.collect():
+        if spec.get("interruptionBudget") is not None and spec.get("deploymentPolicy") is not None:
+            raise ValidationError("sets both interruptionBudget and deploymentPolicy",
+                                  field="spec.interruptionBudget",
+                                  hint="a DeploymentPolicy has its own budgets; remove interruptionBudget")
     if spec.get("interruptionBudget") is not None:
-        out_spec["interruptionBudget"] = parse_budget(spec["interruptionBudget"], "spec.interruptionBudget",
-                                                      "interruptionBudget").to_dict()
+        with problems.collect():
+            out_spec["interruptionBudget"] = parse_budget(spec["interruptionBudget"], "spec.interruptionBudget",
+                                                          "interruptionBudget").to_dict()
     if spec.get("deploymentPolicy") is not None:
-        out_spec["deploymentPolicy"] = _string(spec["deploymentPolicy"], "spec.deploymentPolicy",
-                                               "deploymentPolicy", "object", OBJECT_NAME_MAX,
-                                               hint="the name of a DeploymentPolicy resource")
+        with problems.collect():
+            out_spec["deploymentPolicy"] = names.object_name(spec["deploymentPolicy"], "spec.deploymentPolicy",
+                                                             "DeploymentPolicy")
     if spec.get("deploymentPolicyOptions") is not None:
-        if "deploymentPolicy" not in out_spec:
-            raise ValidationError("deploymentPolicyOptions without deploymentPolicy",
-                                  field="spec.deploymentPolicyOptions",
-                                  hint="set deploymentPolicy, or remove the options")
-        options = _mapping(spec["deploymentPolicyOptions"], "spec.deploymentPolicyOptions", "deploymentPolicyOptions")
-        _allowed(options, ("resetBatchStateOnCompletion",), "spec.deploymentPolicyOptions")
-        out_spec["deploymentPolicyOptions"] = {}
-        if options.get("resetBatchStateOnCompletion") is not None:
-            out_spec["deploymentPolicyOptions"]["resetBatchStateOnCompletion"] = _bool(
-                options, "resetBatchStateOnCompletion", "spec.deploymentPolicyOptions", True)
+        with problems.collect():
+            if spec.get("deploymentPolicy") is None:
+                raise ValidationError("deploymentPolicyOptions without deploymentPolicy",
+                                      field="spec.deploymentPolicyOptions",
+                                      hint="set deploymentPolicy, or remove the options")
+            options = _mapping(spec["deploymentPolicyOptions"], "spec.deploymentPolicyOptions",
+                               "deploymentPolicyOptions")
+            _allowed(options, ("resetBatchStateOnCompletion",), "spec.deploymentPolicyOptions")
+            out_spec["deploymentPolicyOptions"] = {}
+            if options.get("resetBatchStateOnCompletion") is not None:
+                out_spec["deploymentPolicyOptions"]["resetBatchStateOnCompletion"] = _bool(
+                    options, "resetBatchStateOnCompletion", "spec.deploymentPolicyOptions", True)
 
-    priority = spec.get("priority")
-    if priority is None:
-        priority = DEFAULT_PRIORITY
-    elif isinstance(priority, bool) or not isinstance(priority, int) or priority < 1:
-        raise ValidationError("must be a whole number >= 1, got %r" % (priority,), field="spec.priority",
-                              hint="lower runs first; the default is %d" % DEFAULT_PRIORITY)
-    out_spec["priority"] = priority
-    out_spec["runtimeRequired"] = _bool(spec, "runtimeRequired", "spec", False)
-    out_spec["autoTaintNewNodes"] = _bool(spec, "autoTaintNewNodes", "spec", False)
-    if out_spec["autoTaintNewNodes"] and not out_spec["runtimeRequired"]:
-        raise ValidationError("autoTaintNewNodes needs runtimeRequired: true", field="spec.autoTaintNewNodes",
-                              hint="the taint it adds is the runtime-required taint; set runtimeRequired "
-                                   "or remove autoTaintNewNodes")
-    out_spec["additionalTolerations"] = _tolerations(_or_empty(spec.get("additionalTolerations"), []),
-                                                     "spec.additionalTolerations")
+    with problems.collect():
+        out_spec["priority"] = _priority(spec.get("priority"))
+    for key in ("runtimeRequired", "autoTaintNewNodes"):
+        with problems.collect():
+            out_spec[key] = _bool(spec, key, "spec", False)
+    if out_spec.get("autoTaintNewNodes") and spec.get("runtimeRequired") is not True:
+        problems.add(ValidationError("autoTaintNewNodes needs runtimeRequired: true", field="spec.autoTaintNewNodes",
+                                     hint="the taint it adds is the runtime-required taint; set runtimeRequired "
+                                          "or remove autoTaintNewNodes"))
+    with problems.collect():
+        out_spec["additionalTolerations"] = _tolerations(_or_empty(spec.get("additionalTolerations"), []),
+                                                         "spec.additionalTolerations")
+    problems.raise_if_any()
 
     result = copy.deepcopy(obj)
     result["spec"] = out_spec
@@ -422,9 +539,17 @@ def validate_nodewright(obj):
 def validate_deployment_policy(obj):
     """Validate a DeploymentPolicy resource; return a copy whose spec is normalised."""
     metadata = _check_header(obj, KIND_DEPLOYMENT_POLICY)
-    _string(metadata.get("name"), "metadata.name", "name", "object", OBJECT_NAME_MAX,
-            hint="lowercase letters, digits, '-' and '.'")
-    policy = parse_policy(obj.get("spec"), "spec")
+    problems = Problems()
+    with problems.collect():
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValidationError("name must be a non-empty string, got %r" % (name,), field="metadata.name",
+                                  hint="lowercase letters, digits, '-' and '.'")
+        names.object_name(name, "metadata.name", "DeploymentPolicy")
+    policy = None
+    with problems.collect():
+        policy = parse_policy(obj.get("spec"), "spec")
+    problems.raise_if_any()
     result = copy.deepcopy(obj)
     result["spec"] = policy.to_dict()
     return result

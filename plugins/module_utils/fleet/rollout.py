@@ -102,6 +102,9 @@ def read_settings(variables):
                                    "DeploymentPolicy resource); see docs/rollout.md" % (VAR_POLICY, VAR_POLICY_NAME))
     if name is not None and not isinstance(name, str):
         raise NodeWrightError("%s must be the name of a DeploymentPolicy, got %r" % (VAR_POLICY_NAME, name))
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+    if name:
+        names.object_name(name, VAR_POLICY_NAME, "DeploymentPolicy")
     auth = variables.get(VAR_K8S_AUTH) or {}
     if not isinstance(auth, dict):
         raise NodeWrightError("%s must be a mapping of Kubernetes connection options (kubeconfig, context, host, "
@@ -111,6 +114,8 @@ def read_settings(variables):
     if state_resource is not None and not isinstance(state_resource, str):
         raise NodeWrightError("%s must be the name of a NodeWright resource, got %r"
                               % (VAR_STATE_RESOURCE, state_resource))
+    if state_resource:
+        names.nodewright_name(state_resource, VAR_STATE_RESOURCE)
     admission = variables.get(VAR_ADMISSION)
     return RolloutSettings(policy_spec=spec, policy_name=name or None,
                            wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
@@ -152,7 +157,7 @@ def _api(auth):
 def fetch_deployment_policy(name, auth=None):
     """The spec of the cluster-scoped DeploymentPolicy ``name``, parsed (ClusterError/ValidationError)."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
-    obj = nodewright_api.get(_api(auth), nodewright_api.DEPLOYMENT_POLICIES, name)
+    obj = nodewright_api.get(_api(auth), nodewright_api.DEPLOYMENT_POLICIES, name, field=VAR_POLICY_NAME)
     return parse_policy(obj.get("spec"), "DeploymentPolicy %s: spec" % name)
 
 
@@ -230,7 +235,7 @@ def state_patch(state, nodes, previous_status=None, done=(), failed=(), in_progr
 def fetch_resource(name, auth=None):
     """The NodeWright resource ``name`` as the API server has it (ClusterError when it cannot be read)."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
-    return nodewright_api.get(_api(auth), nodewright_api.NODEWRIGHTS, name)
+    return nodewright_api.get(_api(auth), nodewright_api.NODEWRIGHTS, name, field=VAR_STATE_RESOURCE)
 
 
 class StateKeeper(object):
@@ -306,7 +311,8 @@ def node_from_vars(host, variables):
 def fetch_nodes(names, auth=None):
     """name → node view for Nodes read from the API; names that are no Node are left out."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
-    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, list_pages
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names as k8s_names
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, get_json, list_pages
     api = _api(auth)
     wanted = set(names)
     found = {}
@@ -323,8 +329,10 @@ def fetch_nodes(names, auth=None):
                 keep(obj)
         return found
     for name in sorted(wanted):
+        if not k8s_names.is_subdomain(name):
+            continue  # an inventory host that cannot be a Node's name is no Node: nothing to ask
         try:
-            keep(get_json(api, "/api/v1/nodes/%s" % name, "read node %s" % name))
+            keep(get_json(api, api_path("v1", "nodes", name, name_rule="node"), "read node %s" % name))
         except ClusterError as exc:
             if exc.details.get("status") != 404:
                 raise

@@ -11,9 +11,11 @@ unchanged; the ``pause`` and ``disable`` annotations move to ``nodewright.io/``.
 
 A field that has no NodeWright equivalent is an error naming the field, never a
 silent loss. To convert anyway, name it in ``drop`` (shell-style patterns over field
-paths, e.g. ``spec.packages.*.resources``); every dropped or adjusted field is listed
-in the result's notes. The result is validated against NodeWright's rules before it
-is returned.
+paths, e.g. ``spec.packages.*.resources``; the ``desired_state`` module's option
+``skyhook_drop``, the playbooks' variable ``nodewright_skyhook_drop``); every dropped
+or adjusted field is listed in the result's notes. The result is validated against
+NodeWright's rules before it is returned. Every problem of a resource is reported at
+once, not only the first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     ANNOTATION_DISABLE,
     ANNOTATION_PAUSE,
@@ -73,22 +76,37 @@ class Conversion(object):
     notes: List[str] = field(default_factory=list)
 
 
+# How the hint of a field without an equivalent says to leave it out: the argument of
+# convert() for Python callers; modules and playbooks pass their own option's wording.
+DROP_HINT = "convert with drop=[%r] to leave it out"
+
+
 class _Converter(object):
-    def __init__(self, drop):
+    def __init__(self, drop, drop_hint=DROP_HINT):
         if isinstance(drop, str):
             drop = (drop,)
         self.drop = tuple(drop or ())
+        self.drop_hint = drop_hint
         self.notes = []
+        self.problems = Problems()
 
     def without_equivalent(self, path, why, value=None):
-        """Drop the field if the caller allowed it; otherwise refuse, naming it."""
+        """Drop the field if the caller allowed it; otherwise record the refusal, naming it."""
         if any(fnmatch.fnmatchcase(path, pattern) for pattern in self.drop):
             self.notes.append("dropped %s: %s" % (path, why))
             return
         shown = "" if value is None else " (%s)" % _short(value)
-        raise ValidationError("has no NodeWright equivalent%s: %s" % (shown, why), field=path,
-                              hint="remove it from the source resource, or convert with drop=[%r] to leave "
-                                   "it out" % path)
+        self.problems.add(ValidationError("has no NodeWright equivalent%s: %s" % (shown, why), field=path,
+                                          hint="remove it from the source resource, or %s"
+                                               % (self.drop_hint % (path,))))
+
+    def validated(self, resource, validate):
+        """``resource`` checked by ``validate``; every problem found so far and the
+        validator's own raised together."""
+        with self.problems.collect():
+            validate(resource)
+        self.problems.raise_if_any()
+        return resource
 
     def metadata(self, metadata, prefix):
         metadata = metadata or {}
@@ -128,13 +146,14 @@ class _Converter(object):
                 out[key] = copy.deepcopy(value)
             elif key == "name":
                 if value != name:
-                    raise ValidationError("package name %r differs from its key %r" % (value, name), field=path,
-                                          hint="NodeWright takes a package's name from its key; rename the key "
-                                               "or remove name")
+                    self.problems.add(ValidationError(
+                        "package name %r differs from its key %r" % (value, name), field=path,
+                        hint="NodeWright takes a package's name from its key; rename the key or remove name"))
             elif key == "image":
                 continue  # below, once version and containerSHA are known
             elif key == "env":
-                out["env"] = self.env(value, path)
+                with self.problems.collect():
+                    out["env"] = self.env(value, path)
             elif key == "uninstall" and isinstance(value, dict) and not value.get("apply"):
                 self.notes.append("dropped %s: uninstall is not requested (apply is false); %s"
                                   % (path, _WHY_NO_EQUIVALENT["uninstall"]))
@@ -143,7 +162,8 @@ class _Converter(object):
             else:
                 self.without_equivalent(path, "not a Skyhook package field NodeWright knows", value)
         if pkg.get("image"):
-            self.image(pkg["image"], out, where)
+            with self.problems.collect():
+                self.image(pkg["image"], out, where)
         interrupts = [out.get("interrupt")] + list((out.get("configInterrupts") or {}).values())
         for interrupt in interrupts:
             # Skyhook writes services: [] for interrupts that have none.
@@ -159,19 +179,23 @@ class _Converter(object):
         last = repository.rsplit("/", 1)[-1]
         if ":" in last:
             repository, tag = repository.rsplit(":", 1)
+        problems = Problems()
         if tag is not None:
             if tag != out.get("version"):
-                raise ValidationError("image tag %r differs from version %r" % (tag, out.get("version")), field=path,
+                problems.add(ValidationError("image tag %r differs from version %r" % (tag, out.get("version")), field=path,
                                       hint="NodeWright takes the image tag from version; remove the tag from image "
-                                           "or make version match it")
-            self.notes.append("%s: removed tag %r (the tag comes from version)" % (path, tag))
+                                           "or make version match it"))
+            else:
+                self.notes.append("%s: removed tag %r (the tag comes from version)" % (path, tag))
         if digest is not None:
             pinned = out.get("containerSHA")
             if pinned is not None and pinned != digest:
-                raise ValidationError("image digest %s differs from containerSHA %s" % (digest, pinned), field=path,
-                                      hint="keep one digest, in containerSHA")
-            out["containerSHA"] = digest
-            self.notes.append("%s: moved digest to containerSHA" % path)
+                problems.add(ValidationError("image digest %s differs from containerSHA %s" % (digest, pinned),
+                                             field=path, hint="keep one digest, in containerSHA"))
+            else:
+                out["containerSHA"] = digest
+                self.notes.append("%s: moved digest to containerSHA" % path)
+        problems.raise_if_any()
         out["image"] = repository
 
     def env(self, env, where):
@@ -226,12 +250,15 @@ class _Converter(object):
             elif key == "packages":
                 if not isinstance(value, dict):
                     raise ValidationError("packages must be a mapping of name to package", field=path)
-                out_spec["packages"] = {name: self.package(name, pkg, "%s.%s" % (path, name))
-                                        for name, pkg in value.items()}
+                out_spec["packages"] = {}
+                for name, pkg in value.items():
+                    with self.problems.collect():
+                        out_spec["packages"][name] = self.package(name, pkg, "%s.%s" % (path, name))
             elif key == "interruptionBudget":
-                budget = self.interruption_budget(value, path)
-                if budget is not None:
-                    out_spec[key] = budget
+                with self.problems.collect():
+                    budget = self.interruption_budget(value, path)
+                    if budget is not None:
+                        out_spec[key] = budget
             elif key == "pause":
                 if value:
                     metadata.setdefault("annotations", {})[ANNOTATION_PAUSE] = "true"
@@ -248,8 +275,7 @@ class _Converter(object):
         if obj.get("status"):
             self.notes.append("dropped status: NodeWright writes its own")
         resource = {"apiVersion": GROUP_VERSION, "kind": KIND_NODEWRIGHT, "metadata": metadata, "spec": out_spec}
-        validate_nodewright(resource)
-        return resource
+        return self.validated(resource, validate_nodewright)
 
     def policy(self, obj, prefix):
         spec = {} if obj.get("spec") is None else obj["spec"]
@@ -265,8 +291,7 @@ class _Converter(object):
                 self.without_equivalent("spec." + key, "not a Skyhook DeploymentPolicy field NodeWright knows", value)
         resource = {"apiVersion": GROUP_VERSION, "kind": KIND_DEPLOYMENT_POLICY,
                     "metadata": self.metadata(obj.get("metadata"), prefix), "spec": out_spec}
-        validate_deployment_policy(resource)
-        return resource
+        return self.validated(resource, validate_deployment_policy)
 
 
 def _short(value, limit=60):
@@ -274,11 +299,13 @@ def _short(value, limit=60):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def convert(obj, drop=()):
+def convert(obj, drop=(), drop_hint=DROP_HINT):
     """Convert one Skyhook ``Skyhook`` or ``DeploymentPolicy`` object; return a Conversion.
 
     ``drop``: patterns of field paths without a NodeWright equivalent that may be left
-    out (e.g. ``["spec.packages.*.resources", "spec.drainConfig"]``).
+    out (e.g. ``["spec.packages.*.resources", "spec.drainConfig"]``). ``drop_hint``: how
+    an error tells the caller to name a field in ``drop`` (``%r`` is the field's path).
+    Raises ``ValidationError`` naming every problem of the object.
     """
     if not isinstance(obj, dict):
         raise ValidationError("a resource must be a mapping, got %s" % type(obj).__name__)
@@ -288,7 +315,7 @@ def convert(obj, drop=()):
         raise ValidationError("cannot convert apiVersion %r" % (api_version,), field="apiVersion",
                               hint="expected one of: %s" % ", ".join(sorted(SOURCE_GROUPS)))
     prefix, main_kind = SOURCE_GROUPS[api_version]
-    converter = _Converter(drop)
+    converter = _Converter(drop, drop_hint)
     if kind == main_kind:
         resource = converter.skyhook(obj, prefix)
     elif kind == KIND_DEPLOYMENT_POLICY:

@@ -16,7 +16,13 @@ import json
 import os
 import re
 
+try:
+    from urllib.parse import quote
+except ImportError:  # pragma: no cover - Python 2 is not supported, but module_utils may be imported there
+    from urllib import quote
+
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 
 try:
     import urllib3
@@ -262,6 +268,66 @@ def call(what, fn, *args, **kwargs):
         raise explain_api_error(exc, what)
     except _TRANSPORT_ERRORS as exc:
         raise explain_api_error(exc, what)
+
+
+# --- API paths -------------------------------------------------------------------------
+# Every URL path NodeWright builds from a name goes through api_path: each segment is
+# checked against its rule (the API server decodes %2F back into '/', so quoting alone
+# would not keep "h200-0000/status" out of the status subresource) and then quoted.
+
+_NAME_RULES = {
+    "subdomain": lambda value, field, kind: names.object_name(value, field, kind),
+    "label": lambda value, field, kind: names.dns_label(value, field, "%s name" % kind),
+    "node": lambda value, field, kind: names.node_name(value, field),
+    "nodewright": lambda value, field, kind: names.nodewright_name(value, field),
+    "segment": lambda value, field, kind: names.path_segment(value, field, "%s name" % kind),
+}
+_KINDS = {"nodes": "node", "pods": "pod", "nodewrights": "NodeWright", "deploymentpolicies": "DeploymentPolicy",
+          "customresourcedefinitions": "CustomResourceDefinition", "jobs": "Job", "events": "Event"}
+_VERSION_RE = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
+_PLURAL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _segment(value):
+    return quote(value, safe="")
+
+
+def group_path(group_version):
+    """``/api/v1`` or ``/apis/GROUP/VERSION`` (the discovery document of a group version), validated."""
+    group, slash, version = str(group_version).rpartition("/")
+    if not _VERSION_RE.fullmatch(version) or (slash and not names.is_subdomain(group)) or (not slash and version != "v1"):
+        raise names.InvalidName("%r is not an API group version" % (group_version,), field="apiVersion",
+                                hint="e.g. v1, apps/v1 or nodewright.io/v1alpha1")
+    parts = ["api", version] if not slash else ["apis", group, version]
+    return "/" + "/".join(_segment(p) for p in parts)
+
+
+def api_path(group_version, plural, name=None, namespace=None, subresource=None, name_rule="subdomain",
+             field="name", namespace_field="namespace", kind=None):
+    """``/api/v1/[namespaces/NS/]PLURAL[/NAME[/SUBRESOURCE]]`` (``/apis/GROUP/VERSION/...`` for
+    a named group), every segment validated and quoted.
+
+    ``name_rule`` is the naming rule of the kind: ``subdomain`` (most kinds), ``node``,
+    ``label`` (DNS-1123 label), ``nodewright`` or ``segment`` (any name that is a single
+    path segment). ``field`` and ``namespace_field`` name the option the values came from,
+    for the error; ``kind`` names the kind in it (default: the plural)."""
+    base = group_path(group_version)
+    if not _PLURAL_RE.fullmatch(plural or "") or (subresource is not None and not _PLURAL_RE.fullmatch(subresource)):
+        raise names.InvalidName("%r is not a resource name" % ("%s/%s" % (plural, subresource)
+                                                                 if subresource else plural,),
+                                hint="a bug in the caller: resources are fixed lower-case words")
+    parts = []
+    if namespace is not None:
+        parts += ["namespaces", names.namespace(namespace, namespace_field)]
+    parts.append(plural)
+    if name is not None:
+        rule = _NAME_RULES[name_rule]
+        parts.append(names.path_segment(rule(name, field, kind or _KINDS.get(plural, plural)), field))
+        if subresource:
+            parts.append(subresource)
+    elif subresource:
+        raise names.InvalidName("subresource %s needs a name" % subresource)
+    return base + "/" + "/".join(_segment(p) for p in parts)
 
 
 # --- Raw JSON reads -------------------------------------------------------------------

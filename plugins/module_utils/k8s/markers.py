@@ -14,6 +14,7 @@ from __future__ import annotations
 PREFIX = "nodewright.io"
 API_GROUP = "nodewright.io"
 API_VERSION = "v1alpha1"
+GROUP_VERSION = API_GROUP + "/" + API_VERSION
 FIELD_MANAGER = "nodewright"
 
 # Node labels

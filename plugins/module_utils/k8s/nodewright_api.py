@@ -6,31 +6,32 @@ status writes, in one place (raw JSON through the shared client)."""
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, list_pages, request_json
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
+    api_path,
+    get_json,
+    list_pages,
+    request_json,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import API_GROUP, API_VERSION
 
 NODEWRIGHTS = "nodewrights"
 DEPLOYMENT_POLICIES = "deploymentpolicies"
 KIND_PLURALS = {"NodeWright": NODEWRIGHTS, "DeploymentPolicy": DEPLOYMENT_POLICIES}
-GROUP_PATH = "/apis/%s/%s" % (API_GROUP, API_VERSION)
+GROUP_VERSION = "%s/%s" % (API_GROUP, API_VERSION)
+GROUP_PATH = "/apis/" + GROUP_VERSION
 
 
-def path(plural, name=None, subresource=None):
-    """``/apis/nodewright.io/v1alpha1/<plural>[/<name>[/<subresource>]]``, the name escaped."""
-    out = "%s/%s" % (GROUP_PATH, plural)
-    if name is not None:
-        out += "/" + quote(name, safe="")
-        if subresource:
-            out += "/" + subresource
-    return out
+def path(plural, name=None, subresource=None, field="name"):
+    """``/apis/nodewright.io/v1alpha1/<plural>[/<name>[/<subresource>]]``, the name checked
+    against its kind's rule and quoted (``names.InvalidName`` naming ``field``)."""
+    rule = "nodewright" if plural == NODEWRIGHTS else "subdomain"
+    return api_path(GROUP_VERSION, plural, name, subresource=subresource, name_rule=rule, field=field)
 
 
-def get(api, plural, name, what=None, timeout=None):
+def get(api, plural, name, what=None, timeout=None, field="name"):
     """One object as the API server has it (ClusterError when it cannot be read)."""
     kind = "NodeWright" if plural == NODEWRIGHTS else "DeploymentPolicy"
-    return get_json(api, path(plural, name), what or "read %s %s" % (kind, name), timeout=timeout)
+    return get_json(api, path(plural, name, field=field), what or "read %s %s" % (kind, name), timeout=timeout)
 
 
 def list_all(api, plural, what=None):

@@ -20,31 +20,20 @@ from __future__ import annotations
 import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import SelectorError
-
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_PREFIX = r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-_KEY_RE = re.compile(r"^(%s/)?%s$" % (_PREFIX, _NAME))
-_VALUE_RE = re.compile(r"^(%s)?$" % _NAME)
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 
 OPS = ("=", "!=", "in", "notin", "exists", "!")
 _EXPR_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
 def validate_key(key, where=None):
-    if not isinstance(key, str) or not _KEY_RE.match(key) or len(key.split("/")[0]) > 253:
-        raise SelectorError(
-            "invalid label key %r" % (key,), field=where,
-            hint="a key is an optional DNS prefix and '/', then up to 63 of "
-                 "[A-Za-z0-9-_.] starting and ending alphanumeric")
-    return key
+    """A label key (``names.label_key``), as a SelectorError."""
+    return names.label_key(key, where, error=SelectorError)
 
 
 def validate_value(value, where=None):
-    if not isinstance(value, str) or not _VALUE_RE.match(value):
-        raise SelectorError(
-            "invalid label value %r" % (value,), field=where,
-            hint="a value is empty or up to 63 of [A-Za-z0-9-_.] starting and ending alphanumeric")
-    return value
+    """A label value (``names.label_value``), as a SelectorError."""
+    return names.label_value(value, where, error=SelectorError)
 
 
 class Requirement(object):

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
@@ -46,10 +46,11 @@ class DrainOptions(object):
                                   % grace_period, field="grace_period",
                                   hint="leave it unset to use each pod's own terminationGracePeriodSeconds")
         if timeout is None or timeout <= 0 or timeout > 7 * 86400:
-            raise ValidationError("timeout must be between 1 second and 7 days, got %s" % timeout, field="timeout")
+            raise ValidationError("timeout must be between 1 second and 7 days, got %s" % timeout, field="timeout",
+                                  hint="the seconds the whole drain may take, e.g. 600")
         if max_parallel < 1 or max_parallel > 256:
             raise ValidationError("max_parallel must be between 1 and 256, got %s" % max_parallel,
-                                  field="max_parallel")
+                                  field="max_parallel", hint="how many evictions are in flight at once, e.g. 32")
         self.force = force
         self.delete_emptydir_data = delete_emptydir_data
         self.ignore_daemonsets = ignore_daemonsets
@@ -192,6 +193,8 @@ def pdb_from_429(body):
 
 
 def list_node_pods(core, node):
+    # The name goes into a field selector, where a ',' would add a requirement of its own.
+    names.node_name(node, "node")
     resp = call("list pods on node %s" % node, core.list_pod_for_all_namespaces,
                 field_selector="spec.nodeName=%s" % node, _preload_content=False)
     return json.loads(resp.data).get("items", [])
@@ -286,8 +289,9 @@ class Drainer(object):
         waiting = {p["uid"]: p["pod"] for p in targets + plan[WAIT]
                    if outcome.get(p["pod"]) in (None, "evicted", "gone")}
         remaining = dict(waiting)
+        present = {}
         while remaining:
-            present = {p["metadata"]["uid"] for p in list_node_pods(self.core, self.node)}
+            present = {p["metadata"]["uid"]: p for p in list_node_pods(self.core, self.node)}
             remaining = {uid: key for uid, key in remaining.items() if uid in present}
             if not remaining or self.clock() >= deadline:
                 break
@@ -301,6 +305,9 @@ class Drainer(object):
                 pdbs.setdefault(info["pdb"], {"pdb": info["pdb"], "message": info["message"], "pods": []})
                 pdbs[info["pdb"]]["pods"].append(key)
         return {
+            "accepted": sorted(k for k, v in outcome.items() if v == "evicted"),
+            "stuck": sorted((pod_holdup(present[uid]) for uid in remaining if uid in present),
+                            key=lambda d: d["pod"]),
             "evicted": evicted,
             "deleted_terminal": sorted(p["pod"] for p in plan[DELETE] if p["pod"] in evicted),
             "kept": plan[SKIP],
@@ -313,6 +320,29 @@ class Drainer(object):
         }
 
 
+def pod_holdup(pod):
+    """What keeps a pod that was asked to go on the node: its deletion time, grace period
+    and finalizers, as the API shows them."""
+    meta = pod.get("metadata") or {}
+    return {"pod": pod_key(pod), "terminating": bool(meta.get("deletionTimestamp")),
+            "since": meta.get("deletionTimestamp"), "grace_period": meta.get("deletionGracePeriodSeconds"),
+            "finalizers": list(meta.get("finalizers") or []), "phase": (pod.get("status") or {}).get("phase")}
+
+
+def _describe_holdup(entry):
+    if not entry.get("terminating"):
+        return "%s was not deleted (%s)" % (entry["pod"], entry.get("phase") or "phase unknown")
+    text = "%s has been terminating since %s" % (entry["pod"], entry.get("since"))
+    if entry.get("grace_period") is not None:
+        text += " (grace period %ss)" % entry["grace_period"]
+    if entry.get("finalizers"):
+        text += ", held by finalizer%s %s, which nothing has removed" % (
+            "s" if len(entry["finalizers"]) > 1 else "", ", ".join(entry["finalizers"]))
+    else:
+        text += ", and the node's kubelet has not confirmed that it ended"
+    return text
+
+
 def describe_failure(node, result, timeout):
     parts = []
     for pdb in result["blocking_pdbs"]:
@@ -320,9 +350,28 @@ def describe_failure(node, result, timeout):
                      % (pdb["pdb"], pdb["message"], ", ".join(pdb["pods"])))
     for key, err in sorted(result["errors"].items()):
         parts.append("%s: %s" % (key, err))
-    others = [k for k in result["still_present"] if not any(k in p["pods"] for p in result["blocking_pdbs"])
-              and k not in result["errors"]]
-    if others:
-        parts.append("still terminating: %s" % ", ".join(others))
+    explained = {k for p in result["blocking_pdbs"] for k in p["pods"]} | set(result["errors"])
+    stuck = {e["pod"]: e for e in result.get("stuck") or ()}
+    others = [k for k in result["still_present"] if k not in explained]
+    for key in others:
+        parts.append(_describe_holdup(stuck[key]) if key in stuck else "%s is still on the node" % key)
     what = "timed out after %ss" % timeout if result.get("timed_out") else "failed"
     return "drain of node %s %s: %s. The node stays cordoned." % (node, what, "; ".join(parts) or "unknown cause")
+
+
+def failure_hint(result):
+    """What to do about a failed drain, for what really held it."""
+    hints = []
+    if result["blocking_pdbs"]:
+        hints.append("the PodDisruptionBudgets named need more healthy replicas elsewhere, or a longer timeout")
+    stuck = [e for e in result.get("stuck") or () if e["pod"] not in
+             {k for p in result["blocking_pdbs"] for k in p["pods"]}]
+    if any(e.get("finalizers") for e in stuck):
+        hints.append("the controller that owns a finalizer must remove it; remove it by hand (kubectl patch pod "
+                     "-n NS NAME --type=merge -p '{\"metadata\":{\"finalizers\":null}}') only when it is safe")
+    if any(e.get("terminating") and not e.get("finalizers") for e in stuck):
+        hints.append("a pod that outlives its grace period waits for the node's kubelet: check that the node is "
+                     "Ready, or drain with a shorter grace_period")
+    if result["errors"]:
+        hints.append("fix the errors named, then run again")
+    return "; ".join(hints) or "raise the timeout, or look at the pods still on the node"

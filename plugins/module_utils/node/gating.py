@@ -23,7 +23,11 @@ import time
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
+    ClusterError,
+    NodeWrightError,
+    carry_result,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import targets as target_rule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
@@ -303,24 +307,24 @@ def enforce(core, name, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED, che
     Returns ``{changed, action, tainted, resources, msg}``."""
     node = node or node_ops.get_node(core, name)
     decision = decide(node, resources, taint_key)
-    changed = False
-    tainted = decision["tainted"]
-    if decision["action"] == OPEN:
-        changed, tainted = True, False
-        if not check_mode:
-            node = _write_taint(core, name, node, False, taint_key)
-    wanted = gate_condition(node, decision)
-    cond_patch = node_ops.condition_patch(node, wanted["type"], wanted["status"], wanted["reason"],
-                                          wanted["message"]) if wanted else None
-    if cond_patch:
-        changed = True
-        if not check_mode:
-            node_ops.patch_node_status(core, name, cond_patch)
+    result = {"changed": False, "action": decision["action"], "tainted": decision["tainted"],
+              "resources": decision["resources"], "msg": decision["message"]}
+    with carry_result(result):
+        if decision["action"] == OPEN:
+            if not check_mode:
+                node = _write_taint(core, name, node, False, taint_key)
+            result.update(changed=True, tainted=False)
+        wanted = gate_condition(node, decision)
+        cond_patch = node_ops.condition_patch(node, wanted["type"], wanted["status"], wanted["reason"],
+                                              wanted["message"]) if wanted else None
+        if cond_patch:
+            if not check_mode:
+                node_ops.patch_node_status(core, name, cond_patch)
+            result["changed"] = True
     event = decision.get("event")
     if event and (decision["action"] == OPEN or cond_patch) and not check_mode:
         node_ops.emit_event(core, name, event["reason"], event["message"], event["type"])
-    return {"changed": changed, "action": decision["action"], "tainted": tainted,
-            "resources": decision["resources"], "msg": decision["message"]}
+    return result
 
 
 def add_taint(core, name, taint_key=markers.TAINT_RUNTIME_REQUIRED, reason=None, check_mode=False, node=None):

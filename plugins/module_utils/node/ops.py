@@ -16,7 +16,7 @@ import json
 import socket
 import uuid
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, require_kubernetes
 
@@ -45,6 +45,7 @@ def core_api(api_client):
 
 def read_node(core, name):
     """The node as a plain dict (API field names), or NodeNotFound."""
+    names.node_name(name, "node")
     try:
         resp = core.read_node(name, _preload_content=False)
     except ApiException as exc:
@@ -131,6 +132,7 @@ def cordon_patch(action, reason=None, resource=None):
 
 
 def patch_node(core, name, patch):
+    names.node_name(name, "node")
     return call("patch node %s" % name, core.patch_node, name, patch)
 
 
@@ -155,10 +157,13 @@ def set_cordon(core, name, state, force=False, reason=None, resource=None, check
 
 def emit_event(core, node_name, reason, message, event_type="Normal", namespace="default"):
     """Record a Kubernetes Event on the node. Never fails the caller: events are advisory."""
+    if not names.is_subdomain(node_name):
+        return False
     ts = now_iso()
     body = {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": "%s.nodewright.%s" % (node_name, uuid.uuid4().hex[:10]), "namespace": namespace},
+        "metadata": {"name": "%s.nodewright.%s" % (node_name[:200].rstrip(".-"), uuid.uuid4().hex[:10]),
+                     "namespace": namespace},
         "involvedObject": {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"},
         "reason": reason, "message": message[:1024], "type": event_type,
         "source": {"component": "nodewright"}, "reportingComponent": "nodewright",
@@ -249,7 +254,23 @@ def condition_patch(node, cond_type, status, reason, message):
                                        "lastTransitionTime": ts}]}}
 
 
+def merged(obj, patch):
+    """``obj`` as a JSON merge ``patch`` would leave it (None removes a key); for check mode."""
+    if not isinstance(patch, dict) or not isinstance(obj, dict):
+        return patch
+    out = dict(obj)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict):
+            out[key] = merged(out.get(key) or {}, value)
+        else:
+            out[key] = value
+    return out
+
+
 def patch_node_status(core, name, patch):
+    names.node_name(name, "node")
     return call("patch status of node %s" % name, core.patch_node_status, name, patch)
 
 
@@ -266,3 +287,87 @@ def clear_marks_patch(node, resource):
         meta["annotations"][markers.state_annotation(resource)] = None
     meta = {k: v for k, v in meta.items() if v}
     return {"metadata": meta} if meta else None
+
+
+# --- the Erroring condition, over every resource on the node ---------------------------
+
+ERRORING_REASON = "ResourceErroring"
+HEALTHY_REASON = "Healthy"
+HEALTHY_MESSAGE = "no NodeWright error"
+
+
+def _why(state):
+    """One line of what went wrong, from a resource's state annotation."""
+    if state.get("error"):
+        return state["error"]
+    reason = str(state.get("reason") or "").strip()
+    reason = reason.splitlines()[0] if reason else "marked erroring"
+    step = state.get("step")
+    if step and not reason.startswith(str(step)):
+        return "%s: %s" % (step, reason)
+    return reason
+
+
+def erroring_resources(node):
+    """``{resource: why}`` for every NodeWright resource that is erroring on ``node``:
+    its status label says erroring, or its state annotation cannot be read."""
+    meta = node.get("metadata") or {}
+    found = {}
+    for key, value in (meta.get("labels") or {}).items():
+        if key.startswith(markers.LABEL_STATUS + "-") and value == markers.STATUS_ERRORING:
+            resource = key[len(markers.LABEL_STATUS) + 1:]
+            found[resource] = _why(read_state(node, resource))
+    for key in meta.get("annotations") or {}:
+        if key.startswith(markers.ANNOTATION_STATE_PREFIX):
+            resource = key[len(markers.ANNOTATION_STATE_PREFIX):]
+            state = read_state(node, resource)
+            if "error" in state:
+                found[resource] = state["error"]
+    return found
+
+
+def current_condition(node, cond_type):
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == cond_type:
+            return cond
+    return None
+
+
+def erroring_condition(node, resource=None, error=None):
+    """``(status, reason, message)`` of the ``nodewright.io/Erroring`` condition ``node``
+    must carry: True while any resource is erroring on it (``erroring_resources``, plus
+    ``resource`` itself when ``error`` - a mapping with ``reason`` and ``message`` - is
+    given), naming each with what went wrong; False otherwise.
+
+    A resource that succeeds never clears the condition another resource's failure set.
+    """
+    failing = erroring_resources(node)
+    if resource is not None and error:
+        failing[resource] = error["message"]
+    if not failing:
+        return "False", HEALTHY_REASON, HEALTHY_MESSAGE
+    current = current_condition(node, markers.CONDITION_ERRORING) or {}
+    if resource is not None and error:
+        reason = error.get("reason") or ERRORING_REASON
+    elif current.get("status") == "True" and current.get("reason"):
+        reason = current["reason"]
+    else:
+        reason = ERRORING_REASON
+    if len(failing) == 1:
+        (name, why), = failing.items()
+        message = "%s: %s" % (name, why)
+    else:
+        message = "%d NodeWright resources are erroring: %s" % (
+            len(failing), "; ".join("%s: %s" % (name, why) for name, why in sorted(failing.items())))
+    return "True", reason, message
+
+
+def erroring_condition_patch(node, resource=None, error=None):
+    """The status patch that brings the Erroring condition in line with the node's
+    resources (``erroring_condition``), or None when it already is. A False condition is
+    only written over a True one: a node that never erred gets no condition."""
+    status, reason, message = erroring_condition(node, resource, error)
+    current = current_condition(node, markers.CONDITION_ERRORING)
+    if status == "False" and (current is None or current.get("status") != "True"):
+        return None
+    return condition_patch(node, markers.CONDITION_ERRORING, status, reason, message)

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.drain import list_node_pods, pod_key
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import TimeoutExceeded, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
+    TimeoutExceeded,
+    ValidationError,
+    carry_result,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems, check_keys
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
@@ -23,7 +29,7 @@ ACTIVE_PHASES = ("Pending", "Running", "Unknown")
 def validate_timeout(value, field="timeout", maximum=14 * 86400):
     if value is None or value <= 0 or value > maximum:
         raise ValidationError("%s must be between 1 second and %d days, got %s" % (field, maximum // 86400, value),
-                              field=field)
+                              field=field, hint="give the longest wait in seconds, e.g. 600")
     return value
 
 
@@ -69,6 +75,14 @@ def wait_for_critical_pods(core, node, selectors, timeout, poll=2.0, resource=No
               "waited_seconds": 0.0, "changed": False}
     if check_mode or not first:
         return result
+    with carry_result(result):
+        return _wait_marked(core, node, selector, timeout, poll, resource, result, first, start, deadline, clock,
+                            sleep)
+
+
+def _wait_marked(core, node, selector, timeout, poll, resource, result, first, start, deadline, clock, sleep):
+    """The wait itself, the node marked blocked meanwhile; ``result["changed"]`` is true
+    from the first mark on, so a timeout says that the node was marked."""
     marked = None
     blockers = first
     while blockers:
@@ -81,6 +95,7 @@ def wait_for_critical_pods(core, node, selectors, timeout, poll=2.0, resource=No
                 patch["metadata"].update({k: dict(v, **patch["metadata"].get(k, {}))
                                           for k, v in state["metadata"].items()})
             node_ops.patch_node(core, node, patch)
+            result["changed"] = True
             if marked is None:
                 node_ops.emit_event(core, node, markers.EVENT_BLOCKED,
                                     "waiting for non-interruptible pods to finish: %s" % text)
@@ -154,6 +169,41 @@ def evaluate_health(node, conditions=(), labels=None):
     return failures
 
 
+VALIDATION_JOB_KEYS = ("name", "namespace", "template", "backoff_limit")
+
+
+def check_validation_job(spec, field="validation_job"):
+    """The validation Job spec (``name``, ``namespace``, ``template``, ``backoff_limit``),
+    checked before anything is created."""
+    problems = Problems()
+    with problems.collect():
+        check_keys(spec, VALIDATION_JOB_KEYS, field)
+    with problems.collect():
+        names.namespace(spec.get("namespace", "default"), field + ".namespace")
+    with problems.collect():
+        # The Job's name is this, the node's name and a time stamp; its pods' job-name label
+        # must hold it, so it is a DNS-1123 label of at most 30 characters here.
+        prefix = spec.get("name", "nodewright-validate")
+        names.dns_label(prefix, field + ".name", "validation Job name")
+        if len(prefix) > 30:
+            raise ValidationError("is %d characters long; at most 30 (the node's name and a time stamp follow)"
+                                  % len(prefix), field=field + ".name")
+    if not isinstance(spec.get("template"), dict):
+        problems.add(ValidationError("needs a pod template (a mapping with spec.containers)",
+                                     field=field + ".template"))
+    limit = spec.get("backoff_limit", 0)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        problems.add(ValidationError("must be a whole number >= 0, got %r" % (limit,), field=field + ".backoff_limit"))
+    problems.raise_if_any()
+    return spec
+
+
+def validation_job_name(prefix, node, now):
+    """``<prefix>-<node>-<time>``, a DNS-1123 label (the Job's pods carry it in a label)."""
+    part = re.sub(r"[^a-z0-9-]+", "-", node.lower())[:20].strip("-") or "node"
+    return "%s-%s-%d" % (prefix[:30].rstrip("-"), part, int(now))
+
+
 def run_validation_job(api_client, node, spec, timeout, clock=time.monotonic, sleep=time.sleep):
     """Run an operator-supplied validation Job pinned to ``node``; wait for success."""
     from kubernetes import client as k8s_client
@@ -166,7 +216,7 @@ def run_validation_job(api_client, node, spec, timeout, clock=time.monotonic, sl
     tolerations = pod_spec.setdefault("tolerations", [])
     tolerations.append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"})
     tolerations.append({"key": markers.TAINT_RUNTIME_REQUIRED, "operator": "Exists"})
-    name = "%s-%s-%d" % (spec.get("name", "nodewright-validate")[:30], node[:20], int(time.time()))
+    name = validation_job_name(spec.get("name", "nodewright-validate"), node, time.time())
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "nodewright"}},
            "spec": {"backoffLimit": spec.get("backoff_limit", 0), "ttlSecondsAfterFinished": 3600,

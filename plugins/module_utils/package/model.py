@@ -26,6 +26,7 @@ import os
 import re
 from json.decoder import scanstring
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
@@ -399,7 +400,7 @@ def json_line_map(text):
 def parse_json_manifest(text, source=None):
     """Parse a JSON manifest; a syntax error becomes a ``PackageError`` with its line."""
     try:
-        data = json.loads(text)
+        data = safe_load.load_json(text, source)
     except ValueError as exc:
         raise PackageError([ValidationError(
             "not valid JSON: %s" % getattr(exc, "msg", exc), source=source, line=getattr(exc, "lineno", None),
@@ -710,8 +711,7 @@ def load_package(path, config=None):
             "%s is YAML, which the node cannot read" % manifest, source=manifest,
             hint="run through the nodewright.fleet.package action (it converts YAML on the controller) "
                  "or ship package.json")])
-    with open(manifest, "r") as fh:
-        text = fh.read()
+    text = safe_load.read_text(manifest)
     data, lines = parse_json_manifest(text, manifest)
     package = package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
     if config is not None:

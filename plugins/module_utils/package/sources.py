@@ -62,6 +62,7 @@ import subprocess
 import tarfile
 import tempfile
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
 IMAGE_SCHEMES = ("oci", "docker", "registry")
@@ -214,7 +215,7 @@ def read_manifest(raw):
     """(``"index"`` or ``"manifest"``, parsed) for manifest bytes; ``ValueError``
     for anything else (Docker schema 1 included)."""
     try:
-        data = json.loads(raw)
+        data = safe_load.load_json(raw, "the registry's manifest")
     except ValueError as exc:
         raise ValueError("the registry sent a manifest that is not JSON (%s)" % exc)
     if not isinstance(data, dict) or data.get("schemaVersion") != 2:
