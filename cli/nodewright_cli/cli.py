@@ -10,6 +10,7 @@
     nodewright ignore NODE [--undo]
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
+    nodewright report [PATH] [--no-cluster]
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -141,6 +142,12 @@ def build_parser():
                                               "starts again from its first batch)")
     rb.add_argument("name", help="NodeWright resource")
     rb.add_argument("--dry-run", action="store_true")
+    rp = sub.add_parser("report", help="sum up a run report: nodes per outcome, waves, duration, and each "
+                                       "resource's status from the cluster")
+    rp.add_argument("path", nargs="?", default=_env("NODEWRIGHT_REPORT_PATH", "nodewright-report.json"),
+                    help="the run report (default: NODEWRIGHT_REPORT_PATH, or nodewright-report.json)")
+    rp.add_argument("--no-cluster", action="store_true", help="the report only; do not read the resources")
+    rp.add_argument("--package-dir", action="append", default=[])
     return p
 
 
@@ -277,10 +284,37 @@ def cmd_reset_batches(args):
     return 0
 
 
+def cmd_report(args):
+    from nodewright_cli import report
+    try:
+        with open(args.path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise NodeWrightError("cannot read the run report %s: %s" % (args.path, exc),
+                              hint="run a playbook with ANSIBLE_CALLBACKS_ENABLED=nodewright.fleet.report first")
+    resources = error = None
+    if not args.no_cluster:
+        from nodewright_cli import status
+        try:
+            cluster = _cluster(args)
+            resources = status.build(cluster.nodewrights(), cluster.nodes(), cluster.policies(),
+                                     [os.path.abspath(d) for d in args.package_dir]
+                                     + collection.shipped_package_dirs())
+        except Exception as exc:  # noqa: BLE001 - the report is still worth printing
+            error = _first_line(exc)
+    print("\n".join(report.summarize(data, args.path, resources, error)))
+    return 0
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
             "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
             "ignore": cmd_ignore, "reset": cmd_reset,
-            "reset-batches": cmd_reset_batches}
+            "reset-batches": cmd_reset_batches, "report": cmd_report}
 
 
 def main(argv=None):

@@ -339,6 +339,18 @@ def test_up_without_a_prerequisite_says_so_in_one_line_and_leaves_nothing(tmp_pa
     assert str(state) not in ps
 
 
+def test_up_without_the_control_plane_binaries_says_so_in_one_line(tmp_path):
+    state = tmp_path / "state"
+    env = dict(os.environ, NODEWRIGHT_SIM_BIN=str(tmp_path), NODEWRIGHT_SIM_DIR=str(state))
+    proc = subprocess.run([sys.executable, "-m", "nodewright_sim", "--name", "nobin-test", "up"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("nodewright-sim: missing simulator binaries in %s: etcd, kube-apiserver" % tmp_path)
+    assert "run `make binaries`" in proc.stderr
+    assert not (state / "nobin-test").exists()
+
+
 def _script_env(tmp_path, uid):
     """A PATH with the tools the set-up script uses, an `id` that says ``uid`` and an
     apt-get that records being called."""
