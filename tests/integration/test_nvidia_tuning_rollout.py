@@ -163,7 +163,7 @@ def test_plan_then_rollout_then_nothing_then_a_sysctl_change(sim, tmp_path, cust
         assert read(sim, node, "/sys/module/nvidia/parameters/NVreg_GrdmaPciTopoCheckOverride").strip() == "1"
         checked = [s for s in steps(proc, node) if s["stage"] == "post-interrupt-check"]
         assert checked and checked[0]["ok"], steps(proc, node)
-        assert "all %d setting(s) in effect\n" % len(resolved["settings"]) in checked[0]["stdout_tail"]
+        assert checked[0]["stdout_tail"].strip() == "all %d setting(s) in effect" % len(resolved["settings"])
         state = node_state(sim, node, resource)
         assert state["packages"]["nvidia-tuning"]["state"] == "complete", state
         assert not sim.core.read_node(node).spec.unschedulable
