@@ -142,7 +142,7 @@ def test_make_demo_rolls_the_examples_out_then_finds_nothing_to_do(demo):
             assert hostroot.run(root, "systemctl is-active nodewright-gpu-power-profile").stdout == "active\n"
         else:
             restarts = hostroot.run(root, "cat /run/nodewright-sim/units/containerd.service.restarts").stdout
-            assert len(restarts.splitlines()) >= 2, name
+            assert restarts.strip(), "containerd was not restarted on %s" % name
             assert hostroot.run(root, "sysctl -n vm.max_map_count").stdout == "1048576\n", name
     boot_ids = {name: n["status"]["nodeInfo"]["bootID"] for name, n in sim_nodes.items()}
 

@@ -141,6 +141,17 @@ def test_a_oneshot_unit_runs_its_commands_in_the_host_root(root):
     assert not os.path.exists(os.path.join(root, "var/lib/marker"))
 
 
+def test_restarts_are_counted_from_the_boot(root):
+    restarts = "/run/nodewright-sim/units/containerd.service.restarts"
+    assert out(root, "systemctl is-active containerd") == "active"
+    assert not os.path.exists(os.path.join(root, restarts.lstrip("/")))
+    out(root, "systemctl restart containerd")
+    out(root, "systemctl restart containerd.service")
+    assert len(read(root, restarts).splitlines()) == 2
+    hostroot.boot(root)
+    assert not os.path.exists(os.path.join(root, restarts.lstrip("/")))
+
+
 def test_a_failing_unit_fails_its_job_and_an_unmet_condition_skips_it(root):
     write(root, "/etc/systemd/system/broken.service", "[Service]\nType=oneshot\nExecStart=/bin/false\n")
     rc, _, err = sh(root, "systemctl restart broken")

@@ -268,7 +268,7 @@ unit_start() {
     return 1
   fi
   dump_get type; _type=$REPLY
-  echo "${NOW%% *}" >> "$STATE/$U.restarts"
+  [ "${2:-}" = restart ] && echo "${NOW%% *}" >> "$STATE/$U.restarts"  # what was restarted since the boot
   if [ -z "$_type" ]; then state_set "$U" active active success; return 0; fi
   run_execs ExecCondition || { journal "$U" "skipped: ExecCondition failed"; state_set "$U" inactive dead success; return 0; }
   run_execs ExecStartPre || { job_failed; return 1; }
