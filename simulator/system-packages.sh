@@ -64,7 +64,8 @@ registry_service_pids() { # docker-registry processes serving the package's own 
   for cmdline in /proc/[0-9]*/cmdline; do
     pid=${cmdline#/proc/}
     pid=${pid%/cmdline}
-    if tr '\0' ' ' <"$cmdline" 2>/dev/null | grep -q "docker-registry.* $registry_config"; then
+    # A process may be gone by the time it is read.
+    if { tr '\0' ' ' <"$cmdline"; } 2>/dev/null | grep -q "docker-registry.* $registry_config"; then
       echo "$pid"
     fi
   done
