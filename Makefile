@@ -7,11 +7,16 @@ COLL := .collections/ansible_collections/nodewright/fleet
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup venv link binaries demo test unit integration lint sanity molecule docs changelog build bench clean sim-up sim-down
+.PHONY: setup system-packages venv link binaries demo test unit integration lint sanity molecule docs changelog build bench clean sim-up sim-down
 
-setup: venv link binaries
+setup: system-packages venv link binaries
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt simulator/pyproject.toml cli/pyproject.toml
+# Debian packages from bindep.txt (busybox-static, skopeo, docker-registry, ...): installed
+# when root with apt-get, otherwise one line naming them and the command.
+system-packages:
+	@bash simulator/system-packages.sh
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt simulator/pyproject.toml cli/pyproject.toml | system-packages
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
@@ -23,11 +28,11 @@ venv: $(BIN)/.installed
 
 # The work tree itself is the collection: a symlink makes it importable as
 # ansible_collections.nodewright.fleet without copying on every edit.
-link:
+link: | system-packages
 	@mkdir -p $(dir $(COLL))
 	@ln -sfn ../../.. $(COLL)
 
-binaries:
+binaries: | system-packages
 	bash simulator/build-binaries.sh
 
 demo: setup
@@ -45,6 +50,7 @@ integration: setup
 lint: venv link
 	$(BIN)/ruff check plugins tests simulator bench cli examples
 	$(BIN)/ansible-lint --profile production
+	shellcheck bin/nodewright-demo simulator/system-packages.sh simulator/build-binaries.sh .ci/run
 
 # ansible-test sanity on the collection as built (tests/sanity/run.sh; no ansible-test host needed).
 sanity: venv link

@@ -20,6 +20,18 @@ minor=$(echo "$k8s_version" | cut -d. -f2)
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 jobs=${NODEWRIGHT_BUILD_JOBS:-2}
 
+go_needed=$(awk '$1=="go" {print $2; exit}' "$here/go/kubernetes/go.mod")
+need_go() { # one line, before anything is built, when Go is missing or too old
+  local have
+  have=$(go env GOVERSION 2>/dev/null || true)
+  have=${have#go}
+  if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$go_needed" "$have" | sort -V | head -n 1)" != "$go_needed" ]; then
+    echo "simulator/build-binaries.sh: Go >= $go_needed is needed to build the simulator's binaries once" \
+      "(found: ${have:-no go on PATH}); install it from https://go.dev/dl/ and put its bin/ on PATH" >&2
+    exit 1
+  fi
+}
+
 build() { # name version module-dir package [ldflags]
   local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-}
   local out="$bin/$name-$version"
@@ -27,6 +39,7 @@ build() { # name version module-dir package [ldflags]
     ln -sfn "$name-$version" "$bin/$name"
     return 0
   fi
+  need_go
   echo "building $name $version (one-time; cached in $bin)" >&2
   local start=$SECONDS
   (cd "$here/go/$dir" && go build -p "$jobs" -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")

@@ -110,7 +110,9 @@ def sim():
 
 
 H100_NODE = {"name": "n1", "arch": "amd64", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0",
-             "gpu_count": 8, "gpu_memory_mib": 81559}
+             "gpu_count": 8, "gpu_memory_mib": 81559, "memory_mib": 2097152, "nvswitch_count": 4}
+GB200_NODE = {"name": "g1", "arch": "arm64", "gpu_name": "NVIDIA GB200", "compute_cap": "10.0",
+              "gpu_count": 4, "gpu_memory_mib": 189471, "memory_mib": 983040}
 
 
 @pytest.fixture(scope="session")
@@ -126,6 +128,15 @@ def root(tmp_path, base_image):
     from nodewright_sim import hostroot
     path = str(tmp_path / "node")
     hostroot.create(path, base_image, H100_NODE)
+    return path
+
+
+@pytest.fixture
+def gb200_root(tmp_path, base_image):
+    """A fresh host root of a GB200 compute tray (arm64, Blackwell, no NVSwitch on the tray)."""
+    from nodewright_sim import hostroot
+    path = str(tmp_path / "gb200")
+    hostroot.create(path, base_image, GB200_NODE)
     return path
 
 

@@ -11,7 +11,7 @@
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
     nodewright rollout PLAYBOOK -i INVENTORY (--policy FILE | --policy-name NAME) [--admission] ...
-    nodewright report FILE [--open | --print]
+    nodewright report [FILE] [--open | --print] [--no-cluster]
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.

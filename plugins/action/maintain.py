@@ -341,17 +341,16 @@ class _Sequence(object):
         message = ("%s; NodeWright will not overwrite it. Fix or remove the annotation %s (kubectl annotate node %s "
                    "%s-), then rerun" % (problem, markers.state_annotation(self.resource), self.name,
                                         markers.state_annotation(self.resource)))
-        self.node.condition(markers.CONDITION_ERRORING, "True", "MalformedState", message)
+        self.node.sync_error(self.resource, {"reason": "MalformedState", "message": message})
         raise _Untouched("node %s skipped: %s" % (self.name, message), {"changed": not self.check_mode})
 
     def mark(self, status, state, clear_error=False, error=None, event=None):
         state = dict(self.pending_state, **(state or {}))
         self.pending_state = {}
         changed = self.node.mark(self.resource, status=status, state=state)
-        if clear_error:
-            changed = self.node.clear_error() or changed
-        if error:
-            changed = self.node.condition(markers.CONDITION_ERRORING, "True", error[0], error[1]) or changed
+        if clear_error or error:
+            err = {"reason": error[0], "message": error[1]} if error else None
+            changed = self.node.sync_error(self.resource, err) or changed
         if event:
             self.node.event(*event)
             changed = True

@@ -4,7 +4,7 @@
     nodewright-sim down | status | kubeconfig
     nodewright-sim reboot NODE [--wait]
     nodewright-sim add-nodes --pool POOL --count N [--taint KEY=VALUE:EFFECT]
-    nodewright-sim host-root NODE | exec NODE -- COMMAND
+    nodewright-sim host-root NODE | exec NODE -- COMMAND [ARG...]
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ def cmd_up(args):
     cluster = Cluster(args.name)
     if args.profile not in PROFILES:
         raise SimulatorError("unknown fleet profile %r; known profiles: %s" % (args.profile, ", ".join(profile_names())))
+    # What this machine must have is checked before anything starts (the binaries by up()).
+    hostroot.check_prerequisites()
     if args.real_nodes < 0:
         raise SimulatorError("--real-nodes must be zero or more")
     if args.real_nodes:
@@ -138,6 +140,8 @@ def cmd_reboot(args):
 def cmd_add_nodes(args):
     cluster = Cluster(args.name)
     _require_running(cluster)
+    if not args.no_host_root:
+        hostroot.check_prerequisites()
     names = Fleet(cluster).add_nodes(args.pool, args.count, taints=[_parse_taint(t) for t in args.taint or []],
                                      host_roots=not args.no_host_root, managed=not args.unmanaged)
     print("\n".join(names))
@@ -157,10 +161,11 @@ def cmd_exec(args):
     root = Fleet(cluster).host_root(args.node)
     if not os.path.isdir(root):
         raise SimulatorError("node %r has no host root" % args.node)
-    proc = hostroot.run(root, " ".join(args.command))
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    return proc.returncode
+    argv = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not argv:
+        raise SimulatorError("exec needs a command: nodewright-sim exec NODE -- COMMAND [ARG...]")
+    sys.stdout.flush()
+    return hostroot.run_argv(root, argv).returncode
 
 
 def build_parser():

@@ -17,20 +17,21 @@ from nodewright_sim.cluster import SimulatorError
 
 K8S_VERSION_FALLBACK = "v1.36.3"
 
-# Facts per GPU product, as GPU Feature Discovery and nvidia-smi report them.
+# Facts per GPU product, as GPU Feature Discovery and nvidia-smi report them; HGX
+# boards (x86-64, eight SXM GPUs) have NVSwitches, which Fabric Manager sets up.
 GPUS = {
     "h100": dict(product="NVIDIA-H100-80GB-HBM3", smi="NVIDIA H100 80GB HBM3", family="hopper",
-                 major="9", minor="0", count=8, memory=81559, arch="amd64", cpu="224", mem="2Ti"),
+                 major="9", minor="0", count=8, memory=81559, arch="amd64", cpu="224", mem="2Ti", nvswitches=4),
     "h200": dict(product="NVIDIA-H200", smi="NVIDIA H200", family="hopper", major="9", minor="0",
-                 count=8, memory=143771, arch="amd64", cpu="224", mem="2Ti"),
+                 count=8, memory=143771, arch="amd64", cpu="224", mem="2Ti", nvswitches=4),
     "gh200": dict(product="NVIDIA-GH200-480GB", smi="NVIDIA GH200 480GB", family="hopper", major="9",
                   minor="0", count=1, memory=97871, arch="arm64", cpu="72", mem="480Gi"),
     "b200": dict(product="NVIDIA-B200", smi="NVIDIA B200", family="blackwell", major="10", minor="0",
-                 count=8, memory=183359, arch="amd64", cpu="224", mem="4Ti"),
+                 count=8, memory=183359, arch="amd64", cpu="224", mem="4Ti", nvswitches=2),
     "gb200": dict(product="NVIDIA-GB200", smi="NVIDIA GB200", family="blackwell", major="10", minor="0",
                   count=4, memory=189471, arch="arm64", cpu="144", mem="960Gi"),
     "b300": dict(product="NVIDIA-B300-SXM6-AC", smi="NVIDIA B300 SXM6 AC", family="blackwell", major="10",
-                 minor="3", count=8, memory=275040, arch="amd64", cpu="224", mem="4Ti"),
+                 minor="3", count=8, memory=275040, arch="amd64", cpu="224", mem="4Ti", nvswitches=2),
     "gb300": dict(product="NVIDIA-GB300", smi="NVIDIA GB300", family="blackwell", major="10", minor="3",
                   count=4, memory=284208, arch="arm64", cpu="144", mem="960Gi"),
 }
@@ -60,6 +61,15 @@ def split_counts(pools, total):
     for p in sorted(raw, key=lambda p: (counts[p] - raw[p], p))[: total - sum(counts.values())]:
         counts[p] += 1
     return counts
+
+
+def memory_mib(quantity):
+    """A Kubernetes memory quantity (2Ti, 960Gi) in MiB."""
+    units = {"Ki": 1.0 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(float(quantity[:-len(suffix)]) * factor)
+    return int(quantity) // (1 << 20)
 
 
 def api_client(kubeconfig):
@@ -154,7 +164,8 @@ class Fleet(object):
                 boot_id = hostroot.create(root, self.base, {
                     "name": name, "arch": g["arch"], "gpu_name": g["smi"],
                     "compute_cap": "%s.%s" % (g["major"], g["minor"]), "gpu_count": g["count"],
-                    "gpu_memory_mib": g["memory"]})
+                    "gpu_memory_mib": g["memory"], "memory_mib": memory_mib(g["mem"]),
+                    "nvswitch_count": g.get("nvswitches", 0)})
             else:
                 boot_id = str(uuid.uuid4())
             body = node_manifest(name, pool, index, boot_id, version, root, managed)

@@ -1,9 +1,11 @@
 """Per-node host roots: a small Linux userland (busybox) that package scripts really
 run in through chroot, with stand-ins for the commands that would touch this
-machine's kernel or init system. Each stand-in records what it was asked in
+machine's kernel, init system or GPUs. Each stand-in records what it was asked in
 ``/var/lib/nodewright-sim/actions.log`` and changes only that node's simulated
-state: ``/proc/sys`` and ``/proc/cmdline`` are plain files here, and
-``boot()`` rebuilds them from persisted configuration the way a real boot does.
+state: ``/proc/sys``, ``/proc/cmdline`` and ``/sys`` are plain files here, systemd
+is emulated from the unit files in the root (``standins/_units.sh``), and ``boot()``
+rebuilds the runtime state from persisted configuration the way a real boot does,
+then starts the units default.target pulls in.
 """
 
 from __future__ import annotations
@@ -18,19 +20,31 @@ import uuid
 
 import yaml
 
+from nodewright_sim.cluster import SimulatorError
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIM_DIR = "var/lib/nodewright-sim"
 REBOOT_REQUEST = "run/nodewright-sim/reboot-requested"
 NODE_ENV = "etc/nodewright-sim/node.env"
 DEFAULT_KERNEL = "6.8.0-45-generic"
 BASE_CMDLINE = "ro quiet"
-BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
+DEFAULT_MEMORY_MIB = 2 * 1024 * 1024
+SIM_CPUS = 4  # cpufreq directories per node; the Node object reports the real count
+INIT = "/usr/lib/nodewright-sim/_init"
+UNIT_DIR = "usr/lib/systemd/system"
+# Stand-ins that live outside the PATH, where systemd's units name them.
+LIBEXEC = {"systemd-sysctl": "usr/lib/systemd/systemd-sysctl",
+           "systemd-modules-load": "usr/lib/systemd/systemd-modules-load"}
+ENABLED_UNITS = ("containerd.service", "kubelet.service")
+# What building host roots and running package scripts in them needs from this
+# machine: command -> the Debian package that has it (busybox must be static).
+PREREQUISITES = (("bash", "bash"), ("dash", "dash"), ("ldd", "libc-bin"), ("chroot", "coreutils"))
 
 # Commands whose busybox applet would act on the real machine, or that the
 # simulator emulates per node.
-STANDINS = ("sysctl", "reboot", "shutdown", "systemctl", "service", "modprobe", "lsmod",
-            "update-grub", "grub-mkconfig", "grub2-mkconfig", "uname", "nvidia-smi",
-            "apt-get", "apt", "dpkg", "dpkg-query", "dnf", "yum", "rpm")
+STANDINS = ("sysctl", "reboot", "shutdown", "systemctl", "service", "journalctl", "modprobe", "lsmod",
+            "update-grub", "grub-mkconfig", "grub2-mkconfig", "uname", "nvidia-smi", "nvidia-persistenced",
+            "apt-get", "apt", "dpkg", "dpkg-query", "dnf", "yum", "rpm", "containerd", "kubelet")
 NEVER_LINK = {"halt", "poweroff", "init", "linuxrc", "insmod", "rmmod", "mount", "umount",
               "swapon", "swapoff", "switch_root", "pivot_root", "chroot", "ifconfig", "ip",
               "route", "hwclock", "klogd", "syslogd", "mdev", "losetup", "fdisk", "mkfs.ext2",
@@ -38,30 +52,58 @@ NEVER_LINK = {"halt", "poweroff", "init", "linuxrc", "insmod", "rmmod", "mount",
               "depmod", "kill", "killall", "killall5", "pkill", "nsenter", "unshare"}
 
 
-class HostRootError(RuntimeError):
+class HostRootError(SimulatorError):
     pass
 
 
-def find_busybox():
-    for path in BUSYBOX_CANDIDATES:
-        if os.path.isfile(path) and _is_static(path):
-            return path
-    raise HostRootError(
-        "a static busybox is needed for the simulator's node host roots: "
-        "install Debian's busybox-static (apt-get install busybox-static)")
+def find_busybox(path=None):
+    """A static busybox on PATH (``path``: another search path), or None."""
+    found = shutil.which("busybox", path=path)
+    return found if found and _is_static(found, path) else None
 
 
-def _is_static(path):
-    try:
-        out = subprocess.run(["file", "-L", path], capture_output=True, text=True).stdout
-    except FileNotFoundError:
-        with open(path, "rb") as fh:
-            return b"/lib64/ld-linux" not in fh.read(8192) and b"/lib/ld-linux" not in fh.read(8192)
-    return "statically linked" in out or "static-pie" in out
+def missing_prerequisites(path=None):
+    """The Debian packages host roots need that this machine (its PATH, or ``path``)
+    lacks, in the order a fix installs them."""
+    missing = [] if find_busybox(path) else ["busybox-static"]
+    missing += [pkg for cmd, pkg in PREREQUISITES if not shutil.which(cmd, path=path)]
+    return missing
+
+
+def check_prerequisites(path=None):
+    """Raise HostRootError (one line: what is missing and the fix) unless host roots
+    can be built and used here."""
+    problems = []
+    missing = missing_prerequisites(path)
+    if missing:
+        problems.append("the simulator's node host roots need %s: run `make setup` as root, or "
+                        "apt-get install -y %s" % (", ".join(missing), " ".join(missing)))
+    if os.geteuid() != 0:
+        problems.append("package scripts run in a chroot of each node's host root: run the simulator as root")
+    if problems:
+        raise HostRootError("; ".join(problems))
+
+
+def _is_static(path, search=None):
+    tool = shutil.which("file", path=search)
+    if tool:
+        out = subprocess.run([tool, "-L", path], capture_output=True, text=True).stdout
+        return "statically linked" in out or "static-pie" in out
+    with open(path, "rb") as fh:
+        head = fh.read(8192)
+    return b"/lib64/ld-linux" not in head and b"/lib/ld-linux" not in head
 
 
 def sysctl_defaults():
     return yaml.safe_load(_read(os.path.join(HERE, "sysctl_defaults.yaml")))
+
+
+def _kernel_value(value):
+    """A multi-number parameter reads back TAB-separated, as the kernel prints it."""
+    value = str(value)
+    if re.fullmatch(r"-?\d+(\s+-?\d+)+", value.strip()):
+        return "\t".join(value.split())
+    return value
 
 
 def _sysctl_path(root, key):
@@ -77,10 +119,12 @@ class BaseImage(object):
     def prepare(self):
         if os.path.exists(os.path.join(self.path, ".ready")):
             return self
+        check_prerequisites()
         bb = find_busybox()
         tmp = self.path + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        for d in ("bin", "etc", "usr/lib/nodewright-sim", "tmp", "root"):
+        for d in ("bin", "etc", "usr/lib/nodewright-sim", "usr/lib/systemd/system/sysinit.target.wants", "tmp",
+                  "root"):
             os.makedirs(os.path.join(tmp, d), exist_ok=True)
         shutil.copy2(bb, os.path.join(tmp, "bin/busybox"))
         applets = subprocess.run([bb, "--list"], capture_output=True, text=True, check=True).stdout.split()
@@ -91,22 +135,37 @@ class BaseImage(object):
         # Scripts run under real shells: busybox's own sh prefers its applets over
         # PATH, which would bypass the stand-ins.
         for shell in ("bash", "dash"):
-            _copy_with_libraries(shutil.which(shell) or "/bin/" + shell, tmp)
+            _copy_with_libraries(shutil.which(shell), tmp)
         os.unlink(os.path.join(tmp, "bin/sh"))
         os.symlink("dash", os.path.join(tmp, "bin/sh"))
         for d, target in (("sbin", "bin"), ("usr/bin", "../bin"), ("usr/sbin", "../bin")):
             os.symlink(target, os.path.join(tmp, d))
         standins = os.path.join(HERE, "standins")
         for name in sorted(os.listdir(standins)):
-            dest = os.path.join(tmp, "usr/lib/nodewright-sim" if name.startswith("_") else "bin", name)
+            if name.startswith("_"):
+                rel = "usr/lib/nodewright-sim/" + name
+            else:
+                rel = LIBEXEC.get(name, "bin/" + name)
+            dest = os.path.join(tmp, rel)
             if os.path.lexists(dest):
                 os.unlink(dest)  # a busybox applet link: the stand-in replaces it
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copyfile(os.path.join(standins, name), dest)
             os.chmod(dest, 0o755)
+        # The distribution's and the driver's units; the package database's payloads.
+        shutil.copytree(os.path.join(HERE, "units"), os.path.join(tmp, UNIT_DIR), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("README"))
+        os.symlink("multi-user.target", os.path.join(tmp, UNIT_DIR, "default.target"))
+        for unit in ("systemd-sysctl.service", "systemd-modules-load.service"):
+            os.symlink("../" + unit, os.path.join(tmp, UNIT_DIR, "sysinit.target.wants", unit))
+        shutil.copytree(os.path.join(HERE, "payload"), os.path.join(tmp, "usr/lib/nodewright-sim/payload"),
+                        symlinks=True, ignore=shutil.ignore_patterns("README"))
         with open(os.path.join(tmp, "etc/passwd"), "w") as fh:
-            fh.write("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+            fh.write("root:x:0:0:root:/root:/bin/sh\n"
+                     "nvidia-persistenced:x:117:124:NVIDIA Persistence Daemon,,,:/nonexistent:/usr/sbin/nologin\n"
+                     "nobody:x:65534:65534:nobody:/:/bin/false\n")
         with open(os.path.join(tmp, "etc/group"), "w") as fh:
-            fh.write("root:x:0:\nnogroup:x:65534:\n")
+            fh.write("root:x:0:\nnvidia-persistenced:x:124:\nnogroup:x:65534:\n")
         open(os.path.join(tmp, ".ready"), "w").close()
         os.replace(tmp, self.path) if not os.path.exists(self.path) else None
         return self
@@ -143,9 +202,39 @@ def _make_devices(root):
                 open(path, "w").close()
 
 
+def _mknod(path, major, minor):
+    if os.path.lexists(path):
+        os.unlink(path)
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    except PermissionError:
+        open(path, "w").close()
+
+
+def install_payload(root, family, name):
+    """Lay a package of the simulated package database down as apt-get would (the
+    files of payload/FAMILY/NAME; _pkg.sh does the same inside the root)."""
+    src = os.path.join(HERE, "payload", family, name)
+    listed = []
+    for dirpath, _, filenames in os.walk(src):
+        for fname in filenames:
+            if fname == ".depends":
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, fname), src)
+            dest = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if os.path.lexists(dest):
+                os.unlink(dest)
+            shutil.copy2(os.path.join(dirpath, fname), dest)
+            listed.append("/" + rel)
+    with open(os.path.join(root, SIM_DIR, "pkgdb", name + ".list"), "w") as fh:
+        fh.write("".join(p + "\n" for p in sorted(listed)))
+
+
 def create(root, base, node):
     """Lay out a node's host root. ``node`` carries the facts the stand-ins answer
-    with: name, arch, gpu_name, compute_cap, gpu_count, gpu_memory_mib, os_id."""
+    with: name, arch, gpu_name, compute_cap, gpu_count, gpu_memory_mib, memory_mib,
+    nvswitch_count (HGX boards), os_id."""
     os.makedirs(root, exist_ok=True)
     _make_devices(root)
     for dirpath, dirnames, filenames in os.walk(base.path):
@@ -167,14 +256,18 @@ def create(root, base, node):
                 else:
                     shutil.copy2(src, dst)
     for d in ("etc/sysctl.d", "etc/modprobe.d", "etc/modules-load.d", "etc/default/grub.d",
-              "etc/systemd/system", "etc/nodewright-sim", "var/lib", "var/log", "run", "boot/grub",
-              SIM_DIR + "/pkgdb"):
+              "etc/systemd/system/multi-user.target.wants", "etc/nodewright-sim", "var/lib", "var/log", "run",
+              "boot/grub", SIM_DIR + "/pkgdb"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
+    if not os.path.lexists(os.path.join(root, "var/run")):
+        os.symlink("../run", os.path.join(root, "var/run"))
     machine = "aarch64" if node.get("arch") == "arm64" else "x86_64"
     env = {
         "NODE_NAME": node["name"], "MACHINE": machine,
         "GPU_NAME": node.get("gpu_name", ""), "COMPUTE_CAP": node.get("compute_cap", ""),
         "GPU_COUNT": str(node.get("gpu_count", 0)), "GPU_MEMORY_MIB": str(node.get("gpu_memory_mib", 0)),
+        "MEMORY_MIB": str(node.get("memory_mib", DEFAULT_MEMORY_MIB)),
+        "NVSWITCH_COUNT": str(node.get("nvswitch_count", 0)),
         "DRIVER_VERSION": node.get("driver_version", "580.95.05"), "OS_ID": node.get("os_id", "ubuntu"),
     }
     with open(os.path.join(root, NODE_ENV), "w") as fh:
@@ -186,16 +279,25 @@ def create(root, base, node):
         fh.write(os_release.get(env["OS_ID"], os_release["ubuntu"]))
     with open(os.path.join(root, "etc/default/grub"), "w") as fh:
         fh.write('GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')
-    for unit in ("containerd.service", "kubelet.service", "systemd-sysctl.service",
-                 "nvidia-persistenced.service", "kdump-tools.service", "procps.service"):
-        with open(os.path.join(root, "etc/systemd/system", unit), "w") as fh:
-            fh.write("[Unit]\nDescription=%s (simulated)\n[Service]\nExecStart=/bin/true\n" % unit)
+    for unit in ENABLED_UNITS:  # enabled on a Kubernetes node
+        link = os.path.join(root, "etc/systemd/system/multi-user.target.wants", unit)
+        if not os.path.lexists(link):
+            os.symlink("/%s/%s" % (UNIT_DIR, unit), link)
+    installed = ["linux-image-%s %s" % (DEFAULT_KERNEL, DEFAULT_KERNEL), "openssl 3.0.13-0ubuntu3.1",
+                 "containerd 1.7.12-0ubuntu4"]
+    if int(env["GPU_COUNT"]):
+        installed.append("nvidia-compute-utils-580 %s-0ubuntu1" % env["DRIVER_VERSION"])
+    if int(env["NVSWITCH_COUNT"]):
+        install_payload(root, "deb", "nvidia-fabricmanager-580")
+        installed.append("nvidia-fabricmanager-580 %s-1" % env["DRIVER_VERSION"])
     with open(os.path.join(root, SIM_DIR, "pkgdb/installed"), "w") as fh:
-        fh.write("linux-image-%s %s\nopenssl 3.0.13-0ubuntu3.1\ncontainerd 1.7.12-0ubuntu4\n"
-                 % (DEFAULT_KERNEL, DEFAULT_KERNEL))
+        fh.write("".join(line + "\n" for line in sorted(installed)))
     with open(os.path.join(root, SIM_DIR, "pkgdb/available"), "w") as fh:
         fh.write("openssl 3.0.13-0ubuntu3.4\ncontainerd 1.7.27-0ubuntu1\n"
-                 "linux-image-6.8.0-51-generic 6.8.0-51-generic\nkdump-tools 1:1.8.1ubuntu1\n")
+                 "linux-image-6.8.0-51-generic 6.8.0-51-generic\nkdump-tools 1:1.8.1ubuntu1\n"
+                 "kexec-tools 1:2.0.27-1ubuntu2\n")
+    for name in ("vmlinuz", "initrd.img"):
+        open(os.path.join(root, "boot", "%s-%s" % (name, DEFAULT_KERNEL)), "a").close()
     etc_snapshot = sorted(os.path.relpath(os.path.join(d, f), root)
                           for d, _, fs in os.walk(os.path.join(root, "etc")) for f in fs)
     with open(os.path.join(root, SIM_DIR, "etc-manifest"), "w") as fh:
@@ -223,29 +325,60 @@ def _node_env(root):
 
 
 def _cmdline_from_grub_cfg(root, kernel):
-    cfg = _read(os.path.join(root, "boot/grub/grub.cfg"))
-    m = re.search(r"^\s*linux\s+(\S+)\s+(.*)$", cfg, re.M)
-    if m:
-        return "BOOT_IMAGE=%s %s" % (m.group(1), " ".join(m.group(2).split()))
+    for cfg_path in ("boot/grub/grub.cfg", "boot/grub2/grub.cfg"):
+        cfg = _read(os.path.join(root, cfg_path))
+        m = re.search(r"^\s*linux\s+(\S+)\s+(.*)$", cfg, re.M)
+        if m:
+            return "BOOT_IMAGE=%s %s" % (m.group(1), " ".join(m.group(2).split()))
     return "BOOT_IMAGE=/boot/vmlinuz-%s root=/dev/sda1 %s" % (kernel, BASE_CMDLINE)
 
 
-def _parse_sysctl_file(text):
-    for line in text.splitlines():
-        line = re.sub(r"[#;].*$", "", line).strip()
-        if "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        yield key.strip().lstrip("-"), value.strip()
+_SIZE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text):
+    m = re.fullmatch(r"(\d+)([KMGT]?)", text.strip(), re.I)
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) * _SIZE[m.group(2).upper()]
+
+
+def crash_kernel_size(cmdline, memory_bytes):
+    """The memory the kernel reserves for a crash kernel: the last crashkernel= of the
+    command line, SIZE[@OFFSET] or RANGE:SIZE,... ranges chosen by the memory size
+    (and ,high / ,low). 0 when there is none or it does not parse (the kernel ignores it)."""
+    spec = None
+    for token in cmdline.split():
+        if token.startswith("crashkernel="):
+            spec = token.split("=", 1)[1]
+    if not spec:
+        return 0
+    spec = re.sub(r",(high|low)$", "", spec).split("@", 1)[0]
+    try:
+        if ":" not in spec:
+            return _size(spec)
+        for item in spec.split(","):
+            span, size = item.split(":", 1)
+            start, _, end = span.partition("-")
+            if _size(start) <= memory_bytes and (not end or memory_bytes < _size(end)):
+                return _size(size)
+    except ValueError:
+        return 0
+    return 0
 
 
 def boot(root):
-    """Simulate a boot: runtime state is rebuilt from defaults and persisted config.
+    """Simulate a boot: the kernel's runtime state is rebuilt from its defaults and the
+    persisted configuration, then the init starts the units default.target pulls in.
 
     Returns the new boot ID. Runtime-only changes (``sysctl -w``, ``modprobe`` without
-    a modules-load.d entry) are gone; ``/etc/sysctl.d``, modules-load.d, modprobe.d
-    options and the GRUB command line take effect. On COS, ``/etc`` is reset to its
-    image first, as the real OS does.
+    a modules-load.d entry, a governor written to sysfs, GPU persistence and power
+    profiles) are gone. The kernel takes its command line from the GRUB configuration
+    (and reserves crash-kernel memory when it asks for it), loads the GPU driver with
+    its modprobe.d options; systemd-modules-load and systemd-sysctl then apply
+    modules-load.d and sysctl.d, and every enabled or wanted unit starts (oneshot units
+    run: a governor or power-profile service takes effect only when enabled). On COS,
+    ``/etc`` is reset to its image first, as the real OS does.
     """
     env = _node_env(root)
     if env.get("OS_ID") == "cos":
@@ -254,9 +387,8 @@ def boot(root):
             for f in files:
                 if os.path.relpath(os.path.join(d, f), root) not in keep:
                     os.unlink(os.path.join(d, f))
-    shutil.rmtree(os.path.join(root, "run"), ignore_errors=True)
-    shutil.rmtree(os.path.join(root, "proc"), ignore_errors=True)
-    shutil.rmtree(os.path.join(root, "sys"), ignore_errors=True)
+    for d in ("run", "proc", "sys"):
+        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
     os.makedirs(os.path.join(root, "run/nodewright-sim/units"), exist_ok=True)
     next_kernel = os.path.join(root, SIM_DIR, "next-kernel")
     kernel = _read(next_kernel).strip() or _read(os.path.join(root, SIM_DIR, "kernel")).strip() or DEFAULT_KERNEL
@@ -267,33 +399,21 @@ def boot(root):
     values["kernel.hostname"] = env.get("NODE_NAME", "node")
     boot_id = str(uuid.uuid4())
     values["kernel.random.boot_id"] = boot_id
-    # systemd-sysctl at boot: files sorted by name across directories, /etc wins.
-    files = {}
-    for d in ("usr/lib/sysctl.d", "run/sysctl.d", "etc/sysctl.d"):
-        full = os.path.join(root, d)
-        for name in sorted(os.listdir(full)) if os.path.isdir(full) else ():
-            if name.endswith(".conf"):
-                files[name] = os.path.join(full, name)
-    applied = [files[n] for n in sorted(files)] + [os.path.join(root, "etc/sysctl.conf")]
-    for path in applied:
-        for key, value in _parse_sysctl_file(_read(path)):
-            if key in values:
-                values[key] = value
     for key, value in values.items():
         path = _sysctl_path(root, key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as fh:
-            fh.write(value + "\n")
+            fh.write(_kernel_value(value) + "\n")
+    cmdline = _cmdline_from_grub_cfg(root, kernel)
+    memory_mib = int(env.get("MEMORY_MIB") or DEFAULT_MEMORY_MIB)
     with open(os.path.join(root, "proc/cmdline"), "w") as fh:
-        fh.write(_cmdline_from_grub_cfg(root, kernel) + "\n")
-    modules = ["nvidia", "nvidia_uvm", "nvidia_modeset"] if env.get("GPU_COUNT", "0") != "0" else []
-    for d in ("etc/modules-load.d", "usr/lib/modules-load.d"):
-        full = os.path.join(root, d)
-        for name in sorted(os.listdir(full)) if os.path.isdir(full) else ():
-            for line in _read(os.path.join(full, name)).splitlines():
-                line = line.split("#")[0].strip()
-                if line and line.replace("-", "_") not in modules:
-                    modules.append(line.replace("-", "_"))
+        fh.write(cmdline + "\n")
+    with open(os.path.join(root, "proc/meminfo"), "w") as fh:
+        fh.write("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n"
+                 % (memory_mib * 1024, memory_mib * 1000, memory_mib * 1000))
+    # The GPU driver, loaded for the hardware with its modprobe.d options.
+    gpus = int(env.get("GPU_COUNT") or 0)
+    modules = ["nvidia", "nvidia_uvm", "nvidia_modeset"] if gpus else []
     with open(os.path.join(root, "proc/modules"), "w") as fh:
         for m in modules:
             fh.write("%s 16384 0 - Live 0x0000000000000000\n" % m)
@@ -311,25 +431,42 @@ def boot(root):
             k, _, v = opt.partition("=")
             with open(os.path.join(pdir, k), "w") as fh:
                 fh.write(v + "\n")
-    governor = "powersave"
-    for line in _read(os.path.join(root, "etc/default/cpufrequtils")).splitlines():
-        if line.startswith("GOVERNOR="):
-            governor = line.split("=", 1)[1].strip().strip('"')
-    for cpu in range(4):
+    dev = os.path.join(root, "dev")
+    for name in os.listdir(dev) if os.path.isdir(dev) else ():
+        if name.startswith("nvidia"):
+            os.unlink(os.path.join(dev, name))
+    if gpus:
+        _mknod(os.path.join(dev, "nvidiactl"), 195, 255)
+        _mknod(os.path.join(dev, "nvidia-modeset"), 195, 254)
+        _mknod(os.path.join(dev, "nvidia-uvm"), 511, 0)
+        for i in range(gpus):
+            _mknod(os.path.join(dev, "nvidia%d" % i), 195, i)
+    # cpufreq: the driver's default governor until something writes another.
+    if env.get("MACHINE") == "aarch64":
+        driver, governors, governor = "cppc_cpufreq", "conservative ondemand userspace powersave performance " \
+                                                      "schedutil", "schedutil"
+    else:
+        driver, governors, governor = "intel_pstate", "performance powersave", "powersave"
+    for cpu in range(SIM_CPUS):
         gdir = os.path.join(root, "sys/devices/system/cpu/cpu%d/cpufreq" % cpu)
         os.makedirs(gdir, exist_ok=True)
-        with open(os.path.join(gdir, "scaling_governor"), "w") as fh:
-            fh.write(governor + "\n")
-    units = os.path.join(root, "run/nodewright-sim/units")
-    wants = os.path.join(root, "etc/systemd/system/multi-user.target.wants")
-    for unit in os.listdir(wants) if os.path.isdir(wants) else ():
-        with open(os.path.join(units, unit), "w") as fh:
-            fh.write("active\n")
-    for unit in ("containerd.service", "kubelet.service", "systemd-sysctl.service"):
-        with open(os.path.join(units, unit), "w") as fh:
-            fh.write("active\n")
+        for name, value in (("scaling_governor", governor), ("scaling_available_governors", governors),
+                            ("scaling_driver", driver)):
+            with open(os.path.join(gdir, name), "w") as fh:
+                fh.write(value + "\n")
+    kdir = os.path.join(root, "sys/kernel")
+    os.makedirs(kdir, exist_ok=True)
+    for name, value in (("kexec_crash_size", crash_kernel_size(cmdline, memory_mib << 20)),
+                        ("kexec_crash_loaded", 0), ("kexec_loaded", 0)):
+        with open(os.path.join(kdir, name), "w") as fh:
+            fh.write("%d\n" % value)
     with open(os.path.join(root, SIM_DIR, "actions.log"), "a") as fh:
         fh.write("boot %s kernel=%s\n" % (boot_id, kernel))
+    init = subprocess.run(["chroot", root, "/bin/sh", INIT], capture_output=True, text=True,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}, timeout=300)
+    if init.returncode != 0:
+        raise HostRootError("the simulated init of %s failed (exit %d): %s" % (
+            root, init.returncode, (init.stderr or init.stdout).strip()[-500:]))
     return boot_id
 
 
@@ -339,6 +476,13 @@ def reboot_requested(root):
 
 def boot_id(root):
     return _read(os.path.join(root, "proc/sys/kernel/random/boot_id")).strip()
+
+
+def run_argv(root, argv, env=None, timeout=None, capture=False):
+    """Run a program with its arguments inside a node's host root (chroot)."""
+    return subprocess.run(["chroot", root] + list(argv), capture_output=capture, text=True,
+                          env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "HOME": "/root", **(env or {})}, timeout=timeout)
 
 
 def run(root, command, env=None, timeout=120):

@@ -2,10 +2,11 @@
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
 """The nodewright.fleet.nvidia_tuning role, run by ansible-playbook against a
-temporary host root (connection: local, no cluster, no chroot).
+temporary host root (connection: local, no cluster).
 
-Read-back checks get their observations from ``nvidia_tuning_observed`` instead of a
-host, so these tests need neither root nor a shell inside the host root.
+Most read-back checks get their observations from ``nvidia_tuning_observed`` instead
+of a host, so they need no shell inside the host root; the last test runs the role's
+commands in a chroot of a simulator host root and reads every setting back from it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import stat
 import subprocess
 import sys
 
@@ -257,87 +256,24 @@ def test_switching_options_removes_files_no_longer_needed(ubuntu):
     assert "modprobe:nvidia/NVreg_CoherentGPUMemoryMode" in facts["diff"]["removed"]
 
 
-# ------------------------------------------------------------------ a simulated host in a chroot
+# ------------------------------------------------------------------ a simulator host root in a chroot
 
-BUSYBOX = shutil.which("busybox")
-DASH = shutil.which("dash")
-# dash runs the script (busybox's own shell would prefer its built-in sysctl applet to
-# the stand-in); busybox provides the ordinary tools.
-APPLETS = ("cat", "sed", "grep", "sort", "tr", "head", "tail", "printf", "[", "test", "echo")
-STUBS = {
-    # Stand-ins for commands that would touch the real kernel, init system or GPU; they
-    # read the simulated state under /sim.
-    "sysctl": '[ "$1" = -n ] && shift\n'
-              '[ -f "/sim/sysctl/$1" ] && exec cat "/sim/sysctl/$1"\n'
-              'echo "sysctl: cannot stat /proc/sys/$1" >&2; exit 255\n',
-    "systemctl": 'case "$1" in\n'
-                 '  show) cat "/sim/systemd/$2/$4" 2>/dev/null ;;\n'
-                 '  is-active) cat "/sim/active/$2" 2>/dev/null || { echo inactive; exit 3; } ;;\n'
-                 'esac\n',
-    "nvidia-smi": 'case "$1" in\n'
-                  '  --query-gpu=name,compute_cap) for i in 1 2 3 4; do echo "NVIDIA GB200, 10.0"; done ;;\n'
-                  '  --query-gpu=persistence_mode) for i in 1 2 3 4; do echo Enabled; done ;;\n'
-                  'esac\n',
-    "uname": 'echo aarch64\n',
-}
+GB200_HOST = {"name": "gb200-0000", "arch": "arm64", "gpu_name": "NVIDIA GB200", "compute_cap": "10.0",
+              "gpu_count": 4, "gpu_memory_mib": 189471, "memory_mib": 983040}
 
 
-def _simulated_host(tmp_path):
+def test_detect_apply_and_check_on_a_simulator_host_root(tmp_path, base_image):
+    """The role's commands in a chroot of a simulator GB200 host root: the accelerator
+    from nvidia-smi, update-grub, daemon-reload; after the simulated reboot every
+    setting reads back from the host (kernel, driver, systemd, cpufreq, GPUs), and a
+    setting changed at run time is named."""
+    from nodewright_sim import hostroot
+
     host = HostRoot(tmp_path, "ubuntu-24.04")
-    bin_dir = host.root / "bin"
-    bin_dir.mkdir()
-    shutil.copy(BUSYBOX, bin_dir / "busybox")
-    shutil.copy(DASH, bin_dir / "sh")
-    for line in subprocess.run(["ldd", DASH], capture_output=True, text=True, check=True).stdout.splitlines():
-        lib = line.split("=>")[-1].split("(")[0].strip()
-        if lib.startswith("/"):
-            (host.root / lib.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(lib, host.root / lib.lstrip("/"))
-    (host.root / "dev").mkdir()
-    os.mknod(str(host.root / "dev" / "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    for applet in APPLETS:
-        (bin_dir / applet).symlink_to("busybox")
-    for name, body in STUBS.items():
-        (bin_dir / name).write_text("#!/bin/sh\n" + body)
-        (bin_dir / name).chmod(0o755)
-    return host
-
-
-def _simulate_applied(host, profile):
-    """Write what the kernel, systemd and the driver would report once everything applied."""
-    def put(rel, text):
-        path = host.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-    modules = []
-    params = []
-    for setting in profile["settings"].values():
-        mech = setting["mechanism"]
-        if mech == "sysctl":
-            put("sim/sysctl/" + setting["key"], setting["value"].replace(" ", "\t") + "\n")
-        elif mech == "module":
-            modules.append("%s 16384 0 - Live 0x0000000000000000\n" % setting["key"])
-        elif mech == "modprobe":
-            params.append('%s: "%s"\n' % (setting["option"][len("NVreg_"):], setting["value"]))
-            (host.root / "sys" / "module" / setting["module"]).mkdir(parents=True, exist_ok=True)
-        elif mech == "dropin":
-            put("sim/systemd/%s/%s" % (setting["unit"], setting["directive"]), setting["value"] + "\n")
-        elif mech == "governor":
-            for cpu in range(2):
-                put("sys/devices/system/cpu/cpu%d/cpufreq/scaling_governor" % cpu, setting["value"] + "\n")
-        elif mech == "gpu" and setting["key"] != "persistence":
-            put("sim/active/" + t.GPU_UNITS[setting["key"]], "active\n")
-    put("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro %s\n" % " ".join(t.cmdline_tokens(profile)))
-    put("proc/modules", "".join(modules))
-    put("proc/driver/nvidia/params", "ResmanDebugLevel: 4294967295\n" + "".join(params))
-
-
-@pytest.mark.skipif(not (BUSYBOX and DASH) or os.geteuid() != 0,
-                    reason="needs root (chroot), busybox and dash")
-def test_detect_apply_and_check_in_a_chroot(tmp_path):
-    host = _simulated_host(tmp_path)
-    role_vars = {"nvidia_tuning_intent": "multiNodeTraining"}
+    host.root = tmp_path / "gb200"
+    hostroot.create(str(host.root), base_image, GB200_HOST)
+    role_vars = {"nvidia_tuning_intent": "multiNodeTraining", "nvidia_tuning_update_bootloader": True,
+                 "nvidia_tuning_reload_systemd": True}
     rc, output, facts = host.run(role_vars)
     assert rc == 0, output
     assert facts["profile"]["accelerator"] == "gb200" and facts["profile"]["arch"] == "arm64"
@@ -348,13 +284,15 @@ def test_detect_apply_and_check_in_a_chroot(tmp_path):
     assert rc != 0
     assert "did not take effect" in output and "sysctl:net.core.rmem_max" in output
 
-    _simulate_applied(host, t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES))
+    hostroot.boot(str(host.root))
+    profile = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
     rc, output, facts = host.run(role_vars, tasks_from="check")
     assert rc == 0, output
     assert facts["check"]["ok"], facts["check"]["summary"]
+    assert len(facts["check"]["verified"]) == len(profile["settings"]) and not facts["check"]["unverified"]
     assert host.state()["pending_interrupt"] == t.NOOP
 
-    (host.root / "sim" / "sysctl" / "vm.max_map_count").write_text("65530\n")
+    assert hostroot.run(str(host.root), "sysctl -w vm.max_map_count=65530").returncode == 0
     rc, output, _ = host.run(role_vars, tasks_from="check")
     assert rc != 0
     assert "sysctl:vm.max_map_count: expected 262144, observed 65530" in output

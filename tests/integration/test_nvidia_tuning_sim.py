@@ -11,15 +11,11 @@ new bootID, Ready), after which the check reads /proc/cmdline, the driver option
 sysctls and modules back. A second run changes nothing; a sysctl-only change restarts
 systemd-sysctl and does not reboot.
 
-The simulator cannot report everything a real host does; those settings are passed to
-the check as ``nvidia_tuning_check_skip`` (reported unverified, with the reason):
-its systemctl answers ``show UNIT -p PROPERTY`` with the unit's state instead of the
-property (systemd drop-ins), runs no unit (the governor unit; its boot takes the
-governor from /etc/default/cpufrequtils only), starts at boot only units linked in
-multi-user.target.wants (not Wants= drop-ins), and its nvidia-smi reports persistence
-mode only after ``nvidia-smi -pm 1`` (not when nvidia-persistenced runs). Its host roots
-have no systemd-modules-load.service or nvidia-fabricmanager.service unit either, so no
-change here asks for a restart of those.
+The check reads every setting back, as on a real host: ``systemctl show`` reports
+containerd's limits from the drop-in the role wrote, the governor unit runs at boot
+and sets every CPU's cpufreq governor, nvidia-persistenced turns persistence mode on,
+the power-profile unit requests the Blackwell profile, and on HGX boards Fabric
+Manager runs; nothing is skipped.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ import re
 import pytest
 import yaml
 from k8s_helpers import host_result, wait_for
+from nodewright_sim import hostroot
 
 from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
 
@@ -38,11 +35,6 @@ pytestmark = pytest.mark.integration
 
 PROFILES = t.load_profiles()
 RES = "nvidia-tuning-sim"
-SIM_SKIP = {
-    "dropin:*": "the simulator's systemctl shows no unit properties",
-    "gpu:*": "the simulator runs no GPU services (persistence, fabric manager, power profile units)",
-    "governor:*": "the simulator runs no units; its boot reads the governor from /etc/default/cpufrequtils",
-}
 # One node per family, each with another intent, so every intent is exercised too.
 INTENTS = {"h100": "performance", "h200": "inference", "gh200": "multiNodeTraining", "b200": "multiNodeInference",
            "gb200": "multiNodeTraining", "b300": "inference", "gb300": "performance"}
@@ -123,7 +115,7 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
         report("Tuned", "{{ {'interrupt': nvidia_tuning_interrupt, 'changes': nvidia_tuning_diff.changes | length} }}"),
     ], sort_keys=False))
     (tmp_path / "check.yml").write_text(yaml.safe_dump([
-        role("check", nvidia_tuning_check_skip=SIM_SKIP, **TUNE_VARS),
+        role("check", **TUNE_VARS),
         report("Checked", "{{ nvidia_tuning_check }}"),
     ], sort_keys=False))
     play_vars = {"node_labels": labels_by_host(sim, hosts), "intents": {n: INTENTS[pools[n]] for n in hosts}}
@@ -156,10 +148,14 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
                             ).strip() == setting["value"], (node, setting["id"])
         checked = host_result(proc, node, "Checked")["msg"]
         assert checked["ok"] and checked["phase"] == "post-interrupt", checked["summary"]
-        skipped = sorted(u["id"] for u in checked["unverified"])
-        assert skipped == sorted(sid for sid in resolved["settings"] if sid.split(":")[0] in ("dropin", "gpu",
-                                                                                             "governor"))
-        assert len(checked["verified"]) + len(skipped) == len(resolved["settings"])
+        assert checked["unverified"] == [], checked["unverified"]
+        assert len(checked["verified"]) == len(resolved["settings"])
+        root = sim.host_root(node)
+        assert hostroot.run(root, "cat /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor | sort -u").stdout == \
+            "performance\n"
+        assert hostroot.run(root, "systemctl show containerd -p LimitNOFILE --value").stdout == "1048576\n"
+        if "gpu:fabricmanager" in resolved["settings"]:
+            assert hostroot.run(root, "systemctl is-active nvidia-fabricmanager").stdout == "active\n"
         assert json.loads(read(sim, node, t.STATE_FILE))["pending_interrupt"] == t.NOOP
         assert "init_on_alloc=0" in cmdline
     grace = [families[p] for p in ("gh200", "gb200", "gb300")]

@@ -230,3 +230,25 @@ def test_two_resources_that_disagree_on_a_setting_are_refused_before_anything_ch
         assert {n: content(n) for n in fleet.nodes} == before
         assert {n: fleet.sysctl(n, "vm.max_map_count") for n in fleet.nodes} == sysctls
     assert fleet.resource(first)["status"]["status"] == "blocked"
+
+
+def test_a_resource_that_succeeds_never_clears_anothers_error_on_the_node(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h100", 1)])
+    (node,) = fleet.nodes
+    policy = "err-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}}})
+    bad, good = "bad-" + fleet.label, "good-" + fleet.label
+    fleet.create("NodeWright", bad, sysctl_resource(fleet, policy, value="not-a-number"))
+    spec = sysctl_resource(fleet, policy)
+    spec["packages"]["sysctl"]["configMap"] = {"vm.swappiness": "10"}
+    fleet.create("NodeWright", good, spec)
+    failed = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % bad, "-e", "safe_update_on_failure=uncordon")
+    assert failed.returncode != 0
+    assert "The node is uncordoned and marked erroring" in failed.stdout
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % good)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    labels = fleet.node_labels(node)
+    assert labels["nodewright.io/status-%s" % good] == "complete"
+    assert labels["nodewright.io/status-%s" % bad] == "erroring" and labels["nodewright.io/status"] == "erroring"
+    (cond,) = [c for c in sim.core.read_node(node).status.conditions if c.type == "nodewright.io/Erroring"]
+    assert cond.status == "True" and bad in cond.message

@@ -208,3 +208,36 @@ def test_cli_unknown_profile_lists_known_ones():
                            "up", "--profile", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "unknown fleet profile 'nope'; known profiles: all-gpus, bare, dev, large, mixed" in proc.stderr
+
+
+def test_cli_exec_passes_the_command_and_its_arguments_as_given(sim):
+    (node,) = sim.add_nodes("h100", 1)
+
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "nodewright_sim", "--name", sim.cluster.name, "exec", node]
+                              + list(argv), capture_output=True, text=True)
+    echoed = cli("--", "sh", "-c", "echo one two")
+    assert (echoed.returncode, echoed.stdout, echoed.stderr) == (0, "one two\n", "")
+    assert cli("--", "sysctl", "-n", "vm.swappiness").stdout == "60\n"
+    assert cli("--", "sh", "-c", "exit 3").returncode == 3
+    missing = cli("--", "no-such-command")
+    assert missing.returncode == 127 and "no-such-command" in missing.stderr
+
+
+def test_a_reboot_through_the_supervisor_starts_the_nodes_enabled_units(sim):
+    (node,) = sim.add_nodes("b200", 1)
+    wait_for(lambda: any(c.type == "Ready" and c.status == "True"
+                         for c in sim.core.read_node(node).status.conditions or []), what="node Ready")
+    root = sim.host_root(node)
+    run = lambda cmd: hostroot.run(root, cmd)  # noqa: E731
+    query = "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader | sort -u"
+    assert run(query).stdout == "Disabled\n"
+    assert run("systemctl enable nvidia-persistenced nvidia-fabricmanager").returncode == 0
+    before = sim.core.read_node(node).status.node_info.boot_id
+    assert run("reboot").returncode == 0
+    wait_for(lambda: sim.core.read_node(node).status.node_info.boot_id != before and any(
+        c.type == "Ready" and c.status == "True" for c in sim.core.read_node(node).status.conditions or []),
+        what="node back Ready with a new bootID")
+    assert run(query).stdout == "Enabled\n"
+    assert run("systemctl is-active nvidia-persistenced nvidia-fabricmanager containerd kubelet").stdout == \
+        "active\nactive\nactive\nactive\n"

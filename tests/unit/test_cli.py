@@ -269,3 +269,48 @@ def test_the_collection_is_found_where_it_is():
     assert os.path.isfile(collection.playbook("rollout.yml"))
     assert os.path.isdir(os.path.join(collection.shipped_package_dirs()[0], "sysctl"))
     assert os.path.isdir(os.path.join(collection.COLLECTION_ROOT, "ansible_collections", "nodewright", "fleet"))
+
+
+# ------------------------------------------------------------------ nodewright report
+
+def _run_report(hosts, rollout=None, duration=185.4):
+    data = {"playbook": "/x/playbooks/rollout.yml", "duration": duration, "hosts": hosts}
+    if rollout is not None:
+        data["rollout"] = rollout
+    return data
+
+
+RESOURCES = {"resources": [{"name": "gpu-host-tuning", "status": "complete", "complete": 18, "targets": 18},
+                           {"name": "nvidia-tuning-gb200", "status": "complete", "complete": 6, "targets": 6}],
+             "blocked": []}
+
+
+def test_report_of_a_rollout_names_outcomes_waves_and_the_resources():
+    from nodewright_cli import report
+    assignment = {"h100-0000": {"wave": 1, "compartment": "__default__"},
+                  "gb200-0000": {"wave": 1, "compartment": "grace-blackwell"},
+                  "h100-0001": {"wave": 2, "compartment": "__default__"}}
+    hosts = {"localhost": {"outcome": "ok"}, "h100-0000": {"outcome": "ok"}, "h100-0001": {"outcome": "ok"},
+             "gb200-0000": {"outcome": "failed", "failed_task": "Fail with the reason", "msg": "check failed\nlog: x"}}
+    lines = report.summarize(_run_report(hosts, [{"assignment": assignment}]), "/tmp/r.json", RESOURCES)
+    assert lines == [
+        "NodeWright run report: /tmp/r.json",
+        "  rollout.yml: 3 node(s) maintained in 2 wave(s), 3m 05s",
+        "  nodes per outcome: failed 1, ok 2",
+        "  waves: 1: 2 (__default__ 1, grace-blackwell 1); 2: 1 (__default__ 1)",
+        "    gb200-0000 failed at 'Fail with the reason': check failed",
+        "  NodeWright gpu-host-tuning: complete, 18/18 node(s) complete",
+        "  NodeWright nvidia-tuning-gb200: complete, 6/6 node(s) complete",
+    ]
+
+
+def test_report_of_a_run_with_nothing_to_do_says_so():
+    from nodewright_cli import report
+    lines = report.summarize(_run_report({"localhost": {"outcome": "ok"}}, duration=7.2), "/tmp/r.json",
+                             cluster_error="connection refused")
+    assert lines == ["NodeWright run report: /tmp/r.json",
+                     "  rollout.yml: nothing to do - no targeted node had work (every one is up to date); 7s",
+                     "  (resource status not read: connection refused)"]
+    failed = report.summarize(_run_report({"localhost": {"outcome": "failed", "failed_task": "Read the desired state",
+                                                         "msg": "bad resource"}}), "/tmp/r.json")
+    assert failed[1] == "  rollout.yml failed before any node was touched, at 'Read the desired state': bad resource"

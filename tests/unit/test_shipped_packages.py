@@ -7,9 +7,11 @@ downgrade, uninstall; then what each one does that the others do not."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import tarfile
 
 import pytest
 from nodewright_sim import hostroot
@@ -97,6 +99,9 @@ def agent_running(root, args):
 
 def kdump_reserved(root):
     assert "crashkernel=1G-4G:192M,4G-64G:256M,64G-:512M" in read(root, "/proc/cmdline")
+    # The kernel reserved 512 MiB (the node has 2 TiB) and kdump-tools loaded the crash kernel.
+    assert read(root, "/sys/kernel/kexec_crash_size").strip() == str(512 << 20)
+    assert read(root, "/sys/kernel/kexec_crash_loaded").strip() == "1"
     assert sh(root, "systemctl is-active kdump-tools") == "active"
 
 
@@ -104,7 +109,10 @@ def kdump_gone(root):
     assert not exists(root, "/etc/default/grub.d/90-nodewright-kdump.cfg")
     assert "crashkernel" not in read(root, "/boot/grub/grub.cfg")
     assert sh(root, "dpkg-query -W kdump-tools 2>/dev/null; echo $?") == "1"
-    assert sh(root, "systemctl is-enabled kdump-tools.service") == "disabled"
+    # Removing the tooling the package installed took its unit away and unloaded the crash kernel.
+    assert sh(root, "systemctl is-enabled kdump-tools.service; echo $?") == "not-found\n4"
+    assert sh(root, "systemctl is-active kdump-tools.service") == "inactive"
+    assert read(root, "/sys/kernel/kexec_crash_loaded").strip() == "0"
 
 
 # name: (setup, config a, config b, check a, check b, check uninstalled,
@@ -232,8 +240,40 @@ def test_cve_uses_dnf_on_rhel_family_hosts(root):
     assert "zlib: not installed, not affected" in result["results"][0]["steps"][2]["stdout_tail"]
 
 
+def _tar_gz(files):
+    """A gzip tar from {path: bytes or None (a directory)}, paths as dpkg-deb writes them."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tf.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o755
+                tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_deb(path, package, version, files):
+    """A Debian binary package (an ar archive of debian-binary, control and data)."""
+    control = ("Package: %s\nVersion: %s\nArchitecture: amd64\nMaintainer: Sentinel <ops@example.com>\n"
+               "Description: security agent\n" % (package, version)).encode()
+    members = [("debian-binary", b"2.0\n"), ("control.tar.gz", _tar_gz({"./control": control})),
+               ("data.tar.gz", _tar_gz(files))]
+    out = b"!<arch>\n"
+    for name, data in members:
+        out += ("%-16s%-12d%-6d%-6d%-8o%-10d`\n" % (name, 0, 0, 0, 0o100644, len(data))).encode() + data
+        out += b"\n" if len(data) % 2 else b""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(out)
+
+
 def test_security_agent_from_a_deb(root):
-    sh(root, "mkdir -p /srv && touch /srv/sentinel-agent_7.1.0_amd64.deb")
+    write_deb(os.path.join(root, "srv/sentinel-agent_7.1.0_amd64.deb"), "sentinel-agent", "7.1.0",
+              {"./opt/": None, "./opt/sentinel/": None, "./opt/sentinel/bin/": None,
+               "./opt/sentinel/bin/agent": b"#!/bin/sh\nexec sleep 1000\n"})
     unit = "[Unit]\nDescription=Sentinel\n[Service]\nExecStart=/opt/sentinel/bin/agent\n[Install]\n" \
            "WantedBy=multi-user.target\n"
     src = os.path.join(SHIPPED, "security-agent")
@@ -242,9 +282,21 @@ def test_security_agent_from_a_deb(root):
     assert sh(root, "dpkg-query -W -f '${Version}' sentinel-agent") == "7.1.0"
     assert sh(root, "systemctl is-active sentinel") == "active"
     assert read(root, "/etc/systemd/system/sentinel.service") == unit
+    assert exists(root, "/opt/sentinel/bin/agent")  # unpacked from the archive: the unit's ExecStart
     run_packages([{"name": "security-agent", "state": "absent"}], host_root=root, resource="fleet")
     assert sh(root, "dpkg-query -W sentinel-agent 2>/dev/null; echo $?") == "1"
     assert not exists(root, "/etc/systemd/system/sentinel.service")
+    assert not exists(root, "/opt/sentinel/bin/agent")
+
+
+def test_security_agent_whose_program_is_missing_fails_its_check(root):
+    """A unit whose ExecStart names no program fails to start, as systemd's does (status 203)."""
+    write_deb(os.path.join(root, "srv/broken-agent_1.0_amd64.deb"), "broken-agent", "1.0", {"./opt/": None})
+    unit = "[Service]\nExecStart=/opt/broken/agentd\n[Install]\nWantedBy=multi-user.target\n"
+    with pytest.raises(StepFailed, match="broken.service is failed, not active"):
+        apply(root, os.path.join(SHIPPED, "security-agent"),
+              {"artifact": "/srv/broken-agent_1.0_amd64.deb", "service": "broken", "unit": unit})
+    assert "Failed to locate executable /opt/broken/agentd" in sh(root, "journalctl -u broken")
 
 
 def test_security_agent_artifact_missing(root):

@@ -36,23 +36,21 @@ RESOURCE = "tune"
 NOOP = {"type": "noop", "services": []}
 REBOOT = {"type": "reboot", "services": []}
 UBUNTU = "Ubuntu 24.04.1 LTS"
-# The simulator's stand-ins cannot report these (its systemctl has no unit properties,
-# nothing runs units or links nvidia-persistenced to the GPUs' persistence mode).
-SIM_SKIP = {"dropin:*": "no unit properties in the simulator", "gpu:*": "no GPU services in the simulator",
-            "governor:*": "units do not run in the simulator"}
+# What a site passes as skip_checks for hosts that cannot report a setting (the
+# simulator reports every one).
+VM_SKIP = {"governor:*": "virtual machines without cpufreq expose no CPU governor"}
 GB200 = {"name": "gb200-0000", "os_image": UBUNTU,
          "labels": {"nvidia.com/gpu.product": "NVIDIA-GB200", "nvidia.com/gpu.compute.major": "10",
                     "nvidia.com/gpu.compute.minor": "0", "kubernetes.io/arch": "arm64"}}
 H100 = {"name": "h100-0000", "os_image": UBUNTU,
         "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "kubernetes.io/arch": "amd64"}}
 HOSTS = {"gb200": {"name": "gb200-0000", "arch": "arm64", "gpu_name": "NVIDIA GB200", "compute_cap": "10.0",
-                   "gpu_count": 4, "gpu_memory_mib": 189471},
+                   "gpu_count": 4, "gpu_memory_mib": 189471, "memory_mib": 983040},
          "h100": {"name": "h100-0000", "arch": "amd64", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0",
-                  "gpu_count": 8, "gpu_memory_mib": 81559}}
+                  "gpu_count": 8, "gpu_memory_mib": 81559, "memory_mib": 2097152, "nvswitch_count": 4}}
 
 
 def spec_for(node, **config):
-    config.setdefault("skip_checks", json.dumps(SIM_SKIP))
     for key in ("options", "extra"):
         if isinstance(config.get(key), dict):
             config[key] = json.dumps(config[key])
@@ -110,8 +108,8 @@ def test_a_why_text_changes_the_file_but_not_the_settings(tmp_path):
     (site / "base.yml").write_text(text.replace("Zeroing every page when it is allocated",
                                                 "Zeroing each page as it is allocated"))
     before, _ = spec_for(GB200)
-    after, _ = t.package_spec_for_nodes({"name": t.PACKAGE_NAME, "src": SRC, "config": {
-        "skip_checks": json.dumps(SIM_SKIP)}}, [GB200], package=PACKAGE, profiles_dir=str(site))
+    after, _ = t.package_spec_for_nodes({"name": t.PACKAGE_NAME, "src": SRC, "config": {}}, [GB200],
+                                        package=PACKAGE, profiles_dir=str(site))
     changed = sorted(k for k in set(before["config"]) | set(after["config"])
                      if before["config"].get(k) != after["config"].get(k))
     assert changed == ["resolved.file.cmdline"]  # no reboot: the reboot group is unchanged
@@ -244,7 +242,7 @@ def observed_ok(resolved):
     {"module:nvidia_peermem": "absent", "modprobe:nvidia/NVreg_GrdmaPciTopoCheckOverride": "<module not loaded>"},
     {"sysctl:vm.max_map_count": None},
 ])
-@pytest.mark.parametrize("skip", [{}, SIM_SKIP])
+@pytest.mark.parametrize("skip", [{}, VM_SKIP])
 def test_shell_comparator_judges_like_check_settings(tmp_path, change, skip):
     spec, _ = spec_for(GB200, intent="multiNodeTraining", skip_checks=json.dumps(skip))
     resolved = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
@@ -326,7 +324,7 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
 
     done = interrupt_and_verify(root, applied)
     verified = step_output(done, "post-interrupt-check")
-    assert "all 32 setting(s) in effect, 6 unverified" in verified
+    assert "all 38 setting(s) in effect" in verified and "unverified" not in verified
     assert "numa_balancing=disable" in read(root, "/proc/cmdline")
     assert read(root, "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode").strip() == "driver"
     assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
@@ -358,8 +356,7 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     with open(os.path.join(root, "etc/sysctl.d/90-nodewright-nvidia.conf"), "a") as fh:
         fh.write("vm.swappiness = 60\n")
     rechecked, _ = spec_for(GB200, intent="multiNodeTraining", options={"power_profile": False},
-                            extra={"settings": {"sysctl": {"vm.swappiness": {"value": 10, "why": "site choice"}}}},
-                            skip_checks=json.dumps(dict(SIM_SKIP, **{"module:*": "checked elsewhere"})))
+                            extra={"settings": {"sysctl": {"vm.swappiness": {"value": 11, "why": "site choice"}}}})
     redone = run(root, rechecked)
     assert redone["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
     assert "edited on this host" in step_output(redone, "config")
@@ -477,4 +474,4 @@ def test_package_and_role_share_their_pieces():
     assert os.path.realpath(t.PACKAGE_DIR) == os.path.realpath(SRC)
     assert set(t.CHECK_RULES) >= {row["rule"] for accel in t.ACCELERATOR_NAMES
                                   for row in t.check_expectations(t.resolve_profile(
-                                      accel, "multiNodeInference", "ubuntu-24.04", profiles=PROFILES), SIM_SKIP)}
+                                      accel, "multiNodeInference", "ubuntu-24.04", profiles=PROFILES), VM_SKIP)}

@@ -31,6 +31,7 @@ class NodeHandle(object):
         self.check_mode = check_mode
         self.node = None
         self.calls = 0
+        self._pending = None  # the last metadata patch (what check mode pretends was written)
 
     @property
     def _path(self):
@@ -63,6 +64,7 @@ class NodeHandle(object):
     def mark(self, resource, status=None, state=None):
         """Record ``status``/``state`` for ``resource`` (labels and state annotation)."""
         patch = node_ops.state_patch(self.node, resource, status=status, state=state)
+        self._pending = patch
         return self._patch(self._path, patch, "application/merge-patch+json",
                            "record NodeWright %s state on node %s" % (resource, self.name))
 
@@ -71,12 +73,16 @@ class NodeHandle(object):
         return self._patch(self._path + "/status", patch, "application/strategic-merge-patch+json",
                            "set condition %s on node %s" % (cond_type, self.name))
 
-    def clear_error(self):
-        """Set the Erroring condition False, when it is True now."""
-        if not any(c.get("type") == markers.CONDITION_ERRORING and c.get("status") == "True"
-                   for c in (self.node.get("status") or {}).get("conditions") or []):
-            return False
-        return self.condition(markers.CONDITION_ERRORING, "False", "Healthy", "no NodeWright error")
+    def sync_error(self, resource, error=None):
+        """Bring the Erroring condition in line with every resource on the node (and
+        ``resource``'s ``error``, a mapping with reason and message): a resource that
+        succeeds never clears what another resource's failure set."""
+        node = self.node
+        if self.check_mode and self._pending is not None:
+            node = node_ops.merged(node, self._pending)
+        patch = node_ops.erroring_condition_patch(node, resource, error)
+        return self._patch(self._path + "/status", patch, "application/strategic-merge-patch+json",
+                           "set condition %s on node %s" % (markers.CONDITION_ERRORING, self.name))
 
     def event(self, reason, message, event_type="Normal"):
         if self.check_mode:
