@@ -22,7 +22,19 @@ import pytest
 import yaml
 
 from ansible_collections.nodewright.fleet.plugins.filter.tuning import load_profiles
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import CMDLINE_PROBE
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import cmdline_tokens
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
+    GPU_UNITS,
+    GRUB_FILE,
+    MODPROBE_FILE,
+    MODULES_FILE,
+    STATE_FILE,
+    SYSCTL_FILE,
+    WANTS_FILE,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +67,7 @@ class HostRoot(object):
         return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if not p.is_dir())
 
     def state(self):
-        return json.loads(self.path(t.STATE_FILE).read_text())
+        return json.loads(self.path(STATE_FILE).read_text())
 
     def run(self, role_vars, tasks_from="main", check_mode=False):
         """Run the role; return (rc, output, facts) where facts holds the role's results."""
@@ -104,7 +116,7 @@ def observed_ok(profile):
             observed[sid] = "Enabled" if setting["key"] == "persistence" else "active"
         elif setting["mechanism"] != "cmdline":
             observed[sid] = setting["value"]
-    observed[t.CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro " + " ".join(t.cmdline_tokens(profile))
+    observed[CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro " + " ".join(cmdline_tokens(profile))
     return observed
 
 
@@ -120,18 +132,18 @@ def test_apply_rerun_check_and_converge(ubuntu):
     assert facts["interrupt"] == {"type": "reboot", "services": []}
     assert facts["profile"]["name"] == "gb200/inference on ubuntu-24.04"
     assert ubuntu.files() == sorted([
-        "etc/os-release", t.STATE_FILE, t.SYSCTL_FILE, t.GRUB_FILE, t.MODPROBE_FILE, t.MODULES_FILE,
-        t.WANTS_FILE, "etc/systemd/system/containerd.service.d/90-nodewright-nvidia.conf",
+        "etc/os-release", STATE_FILE, SYSCTL_FILE, GRUB_FILE, MODPROBE_FILE, MODULES_FILE,
+        WANTS_FILE, "etc/systemd/system/containerd.service.d/90-nodewright-nvidia.conf",
         "etc/systemd/system/nodewright-cpu-governor.service",
         "etc/systemd/system/nodewright-gpu-power-profile.service"])
-    grub = ubuntu.path(t.GRUB_FILE).read_text()
+    grub = ubuntu.path(GRUB_FILE).read_text()
     assert ('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }init_on_alloc=0 '
             'console=tty0 console=ttyS0,115200n8 iommu.passthrough=1 numa_balancing=disable earlycon '
             'hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2"') in grub
-    sysctl = ubuntu.path(t.SYSCTL_FILE).read_text()
+    sysctl = ubuntu.path(SYSCTL_FILE).read_text()
     assert "\nvm.swappiness = 1\n" in sysctl and "kernel.sched" not in sysctl
     assert ("options nvidia NVreg_CoherentGPUMemoryMode=driver NVreg_GrdmaPciTopoCheckOverride=1"
-            in ubuntu.path(t.MODPROBE_FILE).read_text())
+            in ubuntu.path(MODPROBE_FILE).read_text())
     dropin = ubuntu.path("etc/systemd/system/containerd.service.d/90-nodewright-nvidia.conf").read_text()
     assert "[Service]\n" in dropin and "\nLimitSTACK=67108864\n" in dropin
     assert "--profile-id 6" in ubuntu.path("etc/systemd/system/nodewright-gpu-power-profile.service").read_text()
@@ -148,19 +160,19 @@ def test_apply_rerun_check_and_converge(ubuntu):
                                    tasks_from="check")
     assert rc == 0, output
     assert facts["check"]["ok"] and facts["check"]["failed"] == []
-    assert ubuntu.state()["pending_interrupt"] == t.NOOP
+    assert ubuntu.state()["pending_interrupt"] == NOOP
 
     rc, output, facts = ubuntu.run(role_vars)
     assert rc == 0, output
     assert changed(output) == 0, output
-    assert facts["interrupt"] == t.NOOP
+    assert facts["interrupt"] == NOOP
 
 
 def test_check_names_each_setting_that_did_not_take_effect(ubuntu):
-    profile = t.resolve_profile("h100", "inference", "ubuntu-24.04", profiles=PROFILES)
+    profile = resolve_profile("h100", "inference", "ubuntu-24.04", profiles=PROFILES)
     observed = observed_ok(profile)
     observed["sysctl:vm.swappiness"] = "60"
-    observed[t.CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro"
+    observed[CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro"
     rc, output, facts = ubuntu.run({"nvidia_tuning_accelerator": "h100", "nvidia_tuning_intent": "inference",
                                     "nvidia_tuning_observed": observed}, tasks_from="check")
     assert rc != 0
@@ -192,18 +204,18 @@ def test_cos_tunes_sysctls_only_and_never_reboots(tmp_path):
     assert rc == 0, output
     assert facts["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
     assert facts["profile"]["cloud"] == "gke" and facts["profile"]["reapply_every_boot"]
-    assert cos.files() == sorted(["etc/os-release", t.SYSCTL_FILE, t.STATE_FILE])
-    sysctl = cos.path(t.SYSCTL_FILE).read_text()
+    assert cos.files() == sorted(["etc/os-release", SYSCTL_FILE, STATE_FILE])
+    sysctl = cos.path(SYSCTL_FILE).read_text()
     assert "net.core.rmem_max = 536870912" in sysctl and "tcp_congestion_control" not in sysctl
 
     rc, output, facts = cos.run(dict(role_vars, nvidia_tuning_intent="inference"))
     assert rc == 0, output
     assert facts["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
     assert "sysctl:net.core.rmem_max" in [item["id"] for item in facts["diff"]["lingering"]]
-    assert "vm.swappiness = 1" in cos.path(t.SYSCTL_FILE).read_text()
+    assert "vm.swappiness = 1" in cos.path(SYSCTL_FILE).read_text()
 
     # /etc is wiped at reboot: the next run applies everything again, still without a reboot.
-    for rel in (t.SYSCTL_FILE, t.STATE_FILE):
+    for rel in (SYSCTL_FILE, STATE_FILE):
         cos.path(rel).unlink()
     rc, output, facts = cos.run(dict(role_vars, nvidia_tuning_intent="inference"))
     assert rc == 0, output
@@ -231,7 +243,7 @@ def test_uninstall_removes_every_file_it_wrote(tmp_path):
     rc, output, facts = host.run(dict(role_vars, nvidia_tuning_state="absent"))
     assert rc == 0, output
     assert changed(output) == 0, output
-    assert facts["interrupt"] == t.NOOP
+    assert facts["interrupt"] == NOOP
 
 
 def test_check_mode_writes_nothing(ubuntu):
@@ -245,13 +257,13 @@ def test_switching_options_removes_files_no_longer_needed(ubuntu):
     role_vars = {"nvidia_tuning_accelerator": "gb200"}
     rc, output, _ = ubuntu.run(role_vars)
     assert rc == 0, output
-    assert ubuntu.path(t.MODPROBE_FILE).exists()
+    assert ubuntu.path(MODPROBE_FILE).exists()
 
     rc, output, facts = ubuntu.run(dict(role_vars, nvidia_tuning_options={"driver_source": "gpu-operator"}))
     assert rc == 0, output
-    assert not ubuntu.path(t.MODPROBE_FILE).exists()
+    assert not ubuntu.path(MODPROBE_FILE).exists()
     assert not ubuntu.path("etc/systemd/system/nodewright-gpu-power-profile.service").exists()
-    assert "Wants=nodewright-cpu-governor.service\n" in ubuntu.path(t.WANTS_FILE).read_text()
+    assert "Wants=nodewright-cpu-governor.service\n" in ubuntu.path(WANTS_FILE).read_text()
     # Removing driver options needs the driver reloaded, i.e. a reboot.
     assert facts["interrupt"]["type"] == "reboot"
     assert "modprobe:nvidia/NVreg_CoherentGPUMemoryMode" in facts["diff"]["removed"]
@@ -327,8 +339,8 @@ def _simulate_applied(host, profile):
             for cpu in range(2):
                 put("sys/devices/system/cpu/cpu%d/cpufreq/scaling_governor" % cpu, setting["value"] + "\n")
         elif mech == "gpu" and setting["key"] != "persistence":
-            put("sim/active/" + t.GPU_UNITS[setting["key"]], "active\n")
-    put("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro %s\n" % " ".join(t.cmdline_tokens(profile)))
+            put("sim/active/" + GPU_UNITS[setting["key"]], "active\n")
+    put("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro %s\n" % " ".join(cmdline_tokens(profile)))
     put("proc/modules", "".join(modules))
     put("proc/driver/nvidia/params", "ResmanDebugLevel: 4294967295\n" + "".join(params))
 
@@ -348,11 +360,11 @@ def test_detect_apply_and_check_in_a_chroot(tmp_path):
     assert rc != 0
     assert "did not take effect" in output and "sysctl:net.core.rmem_max" in output
 
-    _simulate_applied(host, t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES))
+    _simulate_applied(host, resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES))
     rc, output, facts = host.run(role_vars, tasks_from="check")
     assert rc == 0, output
     assert facts["check"]["ok"], facts["check"]["summary"]
-    assert host.state()["pending_interrupt"] == t.NOOP
+    assert host.state()["pending_interrupt"] == NOOP
 
     (host.root / "sim" / "sysctl" / "vm.max_map_count").write_text("65530\n")
     rc, output, _ = host.run(role_vars, tasks_from="check")

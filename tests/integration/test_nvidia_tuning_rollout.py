@@ -28,7 +28,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import cmdline_tokens
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
+    DEFAULT_POWER_PROFILE_COMMAND,
+    SYSCTL_FILE,
+)
+from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import load_profiles, render_files
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +45,7 @@ EXAMPLES = os.path.join(REPO, "deploy", "examples")
 SIM_SKIP = {"dropin:*": "the simulator's systemctl shows no unit properties",
             "gpu:*": "the simulator runs no GPU services",
             "governor:*": "the simulator runs no units"}
-PROFILES = t.load_profiles()
+PROFILES = load_profiles()
 
 
 def ansible(sim, tmp_path, playbook, *args, hosts=None):
@@ -130,7 +136,7 @@ def steps(proc, node):
 
 
 def test_plan_then_rollout_then_nothing_then_a_sysctl_change(sim, tmp_path, custom, gb200, resource):
-    resolved = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04",
+    resolved = resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04",
                                  options={"driver_source": "host", "page_size": "4k"}, profiles=PROFILES)
 
     # plan.yml: the settings each node would get, before anything is applied.
@@ -149,20 +155,20 @@ def test_plan_then_rollout_then_nothing_then_a_sysctl_change(sim, tmp_path, cust
         tuned = planned["nodes"][node]["nvidia_tuning"]
         assert {s["id"]: s["value"] for s in tuned["settings"]} == {
             sid: s["value"] for sid, s in resolved["settings"].items()}
-    assert not os.path.exists(os.path.join(sim.host_root(gb200[0]), t.SYSCTL_FILE))
+    assert not os.path.exists(os.path.join(sim.host_root(gb200[0]), SYSCTL_FILE))
 
     # The rollout: one node at a time (the policy's grace-blackwell compartment), each drained,
     # tuned, rebooted and checked.
     before = {n: boot_id(sim, n) for n in gb200}
     proc = ansible(sim, tmp_path, "rollout.yml", "-e", "nodewright_resource=%s" % resource, hosts=gb200)
     assert proc.returncode == 0, proc.stdout[-6000:]
-    files = t.render_files(resolved, t.DEFAULT_POWER_PROFILE_COMMAND)
+    files = render_files(resolved, DEFAULT_POWER_PROFILE_COMMAND)
     for node in gb200:
         assert boot_id(sim, node) != before[node], node
         for spec in files:
             assert read(sim, node, spec["path"]) == spec["content"], (node, spec["path"])
         cmdline = read(sim, node, "/proc/cmdline").split()
-        assert all(token in cmdline for token in t.cmdline_tokens(resolved)), cmdline
+        assert all(token in cmdline for token in cmdline_tokens(resolved)), cmdline
         assert read(sim, node, "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode").strip() == "driver"
         assert read(sim, node, "/sys/module/nvidia/parameters/NVreg_GrdmaPciTopoCheckOverride").strip() == "1"
         checked = [s for s in steps(proc, node) if s["stage"] == "post-interrupt-check"]
@@ -195,6 +201,6 @@ def test_plan_then_rollout_then_nothing_then_a_sysctl_change(sim, tmp_path, cust
     assert changed.returncode == 0, changed.stdout[-6000:]
     for node in gb200:
         assert read(sim, node, "/proc/sys/vm/swappiness").strip() == "10"
-        assert "vm.swappiness = 10" in read(sim, node, t.SYSCTL_FILE)
+        assert "vm.swappiness = 10" in read(sim, node, SYSCTL_FILE)
         assert boot_id(sim, node) == booted[node]
         assert node_state(sim, node, resource)["packages"]["nvidia-tuning"]["state"] == "complete"

@@ -32,11 +32,21 @@ import pytest
 import yaml
 from k8s_helpers import host_result, wait_for
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import (
+    cmdline_tokens,
+    managed_paths,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
+    DEFAULT_POWER_PROFILE_COMMAND,
+    STATE_FILE,
+)
+from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import load_profiles, render_files
 
 pytestmark = pytest.mark.integration
 
-PROFILES = t.load_profiles()
+PROFILES = load_profiles()
 RES = "nvidia-tuning-sim"
 SIM_SKIP = {
     "dropin:*": "the simulator's systemctl shows no unit properties",
@@ -112,7 +122,7 @@ def test_accelerator_detected_from_labels_and_from_nvidia_smi(sim, tmp_path, fam
         assert host_result(proc, node, "From nvidia-smi")["msg"] == pool
         assert "nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader" in read(
             sim, node, "/var/lib/nodewright-sim/actions.log")
-        assert not os.path.exists(os.path.join(sim.host_root(node), t.STATE_FILE))
+        assert not os.path.exists(os.path.join(sim.host_root(node), STATE_FILE))
 
 
 def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
@@ -139,17 +149,17 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
     assert proc.returncode == 0, proc.stdout[-5000:]
     for node in hosts:
         pool, intent = pools[node], INTENTS[pools[node]]
-        resolved = t.resolve_profile(pool, intent, "ubuntu-24.04", profiles=PROFILES)
+        resolved = resolve_profile(pool, intent, "ubuntu-24.04", profiles=PROFILES)
         tuned = host_result(proc, node, "Tuned")["msg"]
         assert tuned["interrupt"] == {"type": "reboot", "services": []}, node
         assert tuned["changes"] == len(resolved["settings"])
         # The files the profile asks for, byte for byte.
-        for spec in t.render_files(resolved, t.DEFAULT_POWER_PROFILE_COMMAND):
+        for spec in render_files(resolved, DEFAULT_POWER_PROFILE_COMMAND):
             assert read(sim, node, spec["path"]) == spec["content"], (node, spec["path"])
         # Rebooted: a new boot ID, and the kernel runs with the parameters and driver options.
         assert boot_id(sim, node) != before[node], node
         cmdline = read(sim, node, "/proc/cmdline").split()
-        assert all(token in cmdline for token in t.cmdline_tokens(resolved)), (node, cmdline)
+        assert all(token in cmdline for token in cmdline_tokens(resolved)), (node, cmdline)
         for setting in resolved["settings"].values():
             if setting["mechanism"] == "modprobe":
                 assert read(sim, node, "/sys/module/%s/parameters/%s" % (setting["module"], setting["option"])
@@ -160,7 +170,7 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
         assert skipped == sorted(sid for sid in resolved["settings"] if sid.split(":")[0] in ("dropin", "gpu",
                                                                                              "governor"))
         assert len(checked["verified"]) + len(skipped) == len(resolved["settings"])
-        assert json.loads(read(sim, node, t.STATE_FILE))["pending_interrupt"] == t.NOOP
+        assert json.loads(read(sim, node, STATE_FILE))["pending_interrupt"] == NOOP
         assert "init_on_alloc=0" in cmdline
     grace = [families[p] for p in ("gh200", "gb200", "gb300")]
     for node in grace:
@@ -175,7 +185,7 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
     assert again.returncode == 0, again.stdout[-3000:]
     for node in hosts:
         assert recap_changed(again, node) == 0, node
-        assert host_result(again, node, "Tuned")["msg"] == t.NOOP
+        assert host_result(again, node, "Tuned")["msg"] == NOOP
 
     # A sysctl-only change restarts systemd-sysctl; the node does not reboot.
     node = families["h100"]
@@ -196,6 +206,6 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
         hosts=[node])
     assert removed.returncode == 0, removed.stdout[-3000:]
     assert host_result(removed, node, "Tuned")["msg"]["type"] == "reboot"
-    for path in t.managed_paths():
+    for path in managed_paths():
         assert not os.path.exists(os.path.join(sim.host_root(node), path)), path
     assert "iommu=pt" not in read(sim, node, "/boot/grub/grub.cfg")

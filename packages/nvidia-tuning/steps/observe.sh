@@ -1,4 +1,5 @@
-# NodeWright nvidia_tuning: read tuning settings back on a host.
+# NodeWright NVIDIA tuning: read tuning settings back on a host. The package's
+# post-interrupt check and the nodewright.fleet.nvidia_tuning role's check both run it.
 # Run as: sh -c "$(cat observe.sh)" observe PROBE...   (inside a chroot of the host root)
 # Prints one "PROBE<TAB>VALUE" line per probe. PROBE is a setting id
 # (sysctl:KEY, module:NAME, modprobe:MODULE/OPTION, dropin:UNIT/DIRECTIVE,

@@ -22,9 +22,10 @@
 #   verify         every setting reads back as the profile says (after the interrupt)
 #   remove         remove every file written, regenerate the boot configuration
 #   removed-check  nothing written is left
-#   compare CHECKS OBSERVED
-#                  judge observations (PROBE<TAB>VALUE lines) against checks
+#
+# observe.sh reads the settings back, verdict.sh judges them (the role's check uses both).
 set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
 TAB=$(printf '\t')
 CONFIG=${NODEWRIGHT_CONFIG_DIR:-}
 DATA=${NODEWRIGHT_DATA_DIR:-}
@@ -236,54 +237,17 @@ written_check() {
   return $rc
 }
 
-compare() { # CHECKS OBSERVED
-  awk -F'\t' '
-    function norm(s) { gsub(/[ \t]+/, " ", s); sub(/^ /, "", s); sub(/ $/, "", s); return s }
-    function fail(id, want, got) {
-      failed++
-      msg = msg (msg == "" ? "" : "; ") id ": expected " want ", observed " got
-    }
-    FILENAME == ARGV[1] { if ($1 != "") { seen[$1] = 1; value[$1] = substr($0, length($1) + 2) }; next }
-    $1 == "" || $1 ~ /^#/ { next }
-    {
-      id = $1; probe = $2; rule = $3; want = $4
-      if (rule == "skip") { unverified++; print "unverified " id ": " want; next }
-      if (!(probe in seen)) { fail(id, want, "<not observed>"); next }
-      got = value[probe]
-      if (rule == "governor" && got == "<unavailable>") {
-        unverified++; print "unverified " id ": the host exposes no cpufreq governor"; next
-      }
-      ok = 0
-      if (rule == "tokens") {
-        ok = 1
-        line = " " norm(got) " "
-        n = split(want, t, " ")
-        for (i = 1; i <= n; i++) if (index(line, " " t[i] " ") == 0) ok = 0
-      } else if (rule == "enabled") {
-        n = split(norm(got), t, " ")
-        ok = n > 0
-        for (i = 1; i <= n; i++) if (t[i] != "Enabled") ok = 0
-      } else {
-        ok = norm(got) == norm(want)
-      }
-      if (ok) verified++; else fail(id, want, got)
-    }
-    END {
-      if (failed) { printf "%d setting(s) did not take effect: %s\n", failed, msg; exit 1 }
-      printf "all %d setting(s) in effect", verified
-      if (unverified) printf ", %d unverified", unverified
-      printf "\n"
-    }' "$2" "$1"
-}
-
 verify() {
   need_profile
   checks=$CONFIG/resolved.checks
   mkdir -p "$DATA"
   probes=$(awk -F'\t' '$3 != "skip" && $2 != "" { print $2 }' "$checks" | sort -u)
   # shellcheck disable=SC2086
-  sh "$(dirname "$0")/observe.sh" $probes > "$DATA/observed"
-  if ! out=$(compare "$checks" "$DATA/observed"); then
+  sh "$HERE/observe.sh" $probes > "$DATA/observed"
+  rc=0
+  sh "$HERE/verdict.sh" "$checks" "$DATA/observed" > "$DATA/verdict" || rc=$?
+  out=$(awk -F'\t' '$1 == "unverified" { print "unverified " $2 ": " $3 } $1 == "summary" { print $2 }' "$DATA/verdict")
+  if [ $rc != 0 ]; then
     printf '%s\n' "$out" >&2
     return 1
   fi
@@ -333,7 +297,6 @@ case "${1:-}" in
   verify) verify ;;
   remove) remove ;;
   removed-check) removed_check ;;
-  compare) compare "$2" "$3" ;;
-  *) echo "usage: $0 preflight|apply|written-check|verify|remove|removed-check|compare CHECKS OBSERVED" >&2
+  *) echo "usage: $0 preflight|apply|written-check|verify|remove|removed-check" >&2
      exit 2 ;;
 esac
