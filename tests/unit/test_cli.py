@@ -261,3 +261,11 @@ def test_batch_reset_patch():
     assert actions.batch_reset_patch(recorded) == {"rolloutState": None, "compartmentStatuses": None}
     parsed = cli.build_parser().parse_args(["reset-batches", "tune", "--dry-run"])
     assert parsed.name == "tune" and parsed.dry_run
+
+
+def test_the_collection_is_found_with_its_playbooks_and_packages():
+    from nodewright_cli import collection
+
+    assert os.path.isfile(os.path.join(collection.FLEET_DIR, "galaxy.yml"))
+    assert os.path.isfile(collection.playbook("rollout.yml"))
+    assert all(os.path.isdir(d) for d in collection.shipped_package_dirs())
