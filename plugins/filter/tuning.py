@@ -19,7 +19,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gpu
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import checks, detect, diff, files
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import checks, decide, detect, diff, files
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import merge_interrupts
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package import PACKAGE_NAME
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
@@ -61,11 +61,20 @@ def _call(func, *args, **kwargs):
         raise AnsibleFilterError(str(exc))
 
 
-def tuning_profile(accelerator, intent, os, cloud=None, options=None, extra=None, profiles_dir=None):
+def tuning_profile(accelerator, intent, os, cloud=None, options=None, extra=None, profiles_dir=None, host=None):
     profiles = load_profiles(profiles_dir)
     return _call(resolve_profile, _plain(accelerator), _plain(intent), _plain(os),
                  cloud=_plain(cloud) or None, options=_plain(options) or None,
-                 profiles=profiles, extra=_plain(extra) or None)
+                 profiles=profiles, extra=_plain(extra) or None, host=_plain(host) or None)
+
+
+def tuning_host_facts(observed, labels=None, state=None):
+    """What decides the profile on a host, from observe.sh's output (or a mapping)."""
+    observed = _plain(observed)
+    if not isinstance(observed, dict):
+        observed = checks.parse_observations(observed)
+    return _call(decide.host_facts, observed, labels=_plain(labels) or {},
+                 applied=diff.applied_sysctls(_plain(state) or {}))
 
 
 def tuning_detect_accelerator(labels):
@@ -105,8 +114,8 @@ def tuning_check(resolved, observed, phase="post-interrupt", skip=None):
                  skip=_plain(skip) or None)
 
 
-def tuning_state(resolved, pending_interrupt=None):
-    return _call(diff.state_record, _plain(resolved), _plain(pending_interrupt))
+def tuning_state(resolved, pending_interrupt=None, initramfs=None):
+    return _call(diff.state_record, _plain(resolved), _plain(pending_interrupt), initramfs=_plain(initramfs) or None)
 
 
 def tuning_uninstall_paths(state):
@@ -143,6 +152,7 @@ class FilterModule(object):
             "tuning_detect_accelerator": tuning_detect_accelerator,
             "tuning_detect_accelerator_smi": tuning_detect_accelerator_smi,
             "tuning_detect_cloud": tuning_detect_cloud,
+            "tuning_host_facts": tuning_host_facts,
             "tuning_os_from_os_release": tuning_os_from_os_release,
             "tuning_diff": tuning_diff,
             "tuning_merge_interrupts": tuning_merge_interrupts,

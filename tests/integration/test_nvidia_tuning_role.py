@@ -4,8 +4,10 @@
 """The nodewright.fleet.nvidia_tuning role, run by ansible-playbook against a
 temporary host root (connection: local, no cluster, no chroot).
 
-Read-back checks get their observations from ``nvidia_tuning_observed`` instead of a
-host, so these tests need neither root nor a shell inside the host root.
+Read-back checks get their observations from ``nvidia_tuning_observed`` and the host's
+facts come from ``nvidia_tuning_host_facts`` instead of a host, and no command runs in
+the host root (boot loader, initramfs, sysctl -p off), so these tests need neither root
+nor a shell inside the host root.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class HostRoot(object):
             "vars": dict({"ansible_python_interpreter": sys.executable,
                           "nvidia_tuning_host_root": str(self.root),
                           "nvidia_tuning_update_bootloader": False,
+                          "nvidia_tuning_update_initramfs": False,
+                          "nvidia_tuning_apply_sysctls": False,
+                          "nvidia_tuning_read_host": False,
                           "nvidia_tuning_reload_systemd": False}, **role_vars),
             "tasks": [
                 {"name": "Run the role", "ansible.builtin.include_role": {
@@ -126,7 +131,8 @@ def ubuntu(tmp_path):
 
 
 def test_apply_rerun_check_and_converge(ubuntu):
-    role_vars = {"nvidia_tuning_node_labels": GB200_LABELS, "nvidia_tuning_intent": "inference"}
+    role_vars = {"nvidia_tuning_node_labels": GB200_LABELS, "nvidia_tuning_intent": "inference",
+                 "nvidia_tuning_options": {"inference_hugepages": True}}
     rc, output, facts = ubuntu.run(role_vars)
     assert rc == 0, output
     assert facts["interrupt"] == {"type": "reboot", "services": []}
@@ -138,8 +144,8 @@ def test_apply_rerun_check_and_converge(ubuntu):
         "etc/systemd/system/nodewright-gpu-power-profile.service"])
     grub = ubuntu.path(GRUB_FILE).read_text()
     assert ('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }init_on_alloc=0 '
-            'console=tty0 console=ttyS0,115200n8 iommu.passthrough=1 numa_balancing=disable earlycon '
-            'hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2"') in grub
+            'console=tty0 console=ttyS0,115200n8 iommu.passthrough=1 numa_balancing=disable '
+            'acpi_power_meter.force_cap_on=y earlycon hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2"') in grub
     sysctl = ubuntu.path(SYSCTL_FILE).read_text()
     assert "\nvm.swappiness = 1\n" in sysctl and "kernel.sched" not in sysctl
     assert ("options nvidia NVreg_CoherentGPUMemoryMode=driver NVreg_GrdmaPciTopoCheckOverride=1"
@@ -169,11 +175,13 @@ def test_apply_rerun_check_and_converge(ubuntu):
 
 
 def test_check_names_each_setting_that_did_not_take_effect(ubuntu):
-    profile = resolve_profile("h100", "inference", "ubuntu-24.04", profiles=PROFILES)
+    profile = resolve_profile("h100", "inference", "ubuntu-24.04", options={"inference_hugepages": True},
+                              profiles=PROFILES)
     observed = observed_ok(profile)
     observed["sysctl:vm.swappiness"] = "60"
     observed[CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro"
     rc, output, facts = ubuntu.run({"nvidia_tuning_accelerator": "h100", "nvidia_tuning_intent": "inference",
+                                    "nvidia_tuning_options": {"inference_hugepages": True},
                                     "nvidia_tuning_observed": observed}, tasks_from="check")
     assert rc != 0
     assert "sysctl:vm.swappiness: expected 1, observed 60 (from intents/inference)" in output
@@ -183,6 +191,7 @@ def test_check_names_each_setting_that_did_not_take_effect(ubuntu):
     # Before a deferred reboot only the live settings count.
     observed["sysctl:vm.swappiness"] = "1"
     rc, output, facts = ubuntu.run({"nvidia_tuning_accelerator": "h100", "nvidia_tuning_intent": "inference",
+                                    "nvidia_tuning_options": {"inference_hugepages": True},
                                     "nvidia_tuning_observed": observed, "nvidia_tuning_check_phase": "live"},
                                    tasks_from="check")
     assert rc == 0, output
@@ -349,7 +358,8 @@ def _simulate_applied(host, profile):
                     reason="needs root (chroot), busybox and dash")
 def test_detect_apply_and_check_in_a_chroot(tmp_path):
     host = _simulated_host(tmp_path)
-    role_vars = {"nvidia_tuning_intent": "multiNodeTraining"}
+    # The host's facts are read in the chroot too (no peer-memory provider there: DMA-BUF).
+    role_vars = {"nvidia_tuning_intent": "multiNodeTraining", "nvidia_tuning_read_host": True}
     rc, output, facts = host.run(role_vars)
     assert rc == 0, output
     assert facts["profile"]["accelerator"] == "gb200" and facts["profile"]["arch"] == "arm64"
@@ -357,7 +367,7 @@ def test_detect_apply_and_check_in_a_chroot(tmp_path):
     assert facts["interrupt"]["type"] == "reboot"
 
     rc, output, facts = host.run(role_vars, tasks_from="check")
-    assert rc != 0
+    assert rc != 0, output
     assert "did not take effect" in output and "sysctl:net.core.rmem_max" in output
 
     _simulate_applied(host, resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES))
@@ -366,7 +376,7 @@ def test_detect_apply_and_check_in_a_chroot(tmp_path):
     assert facts["check"]["ok"], facts["check"]["summary"]
     assert host.state()["pending_interrupt"] == NOOP
 
-    (host.root / "sim" / "sysctl" / "vm.max_map_count").write_text("65530\n")
+    (host.root / "sim" / "sysctl" / "fs.inotify.max_user_instances").write_text("128\n")
     rc, output, _ = host.run(role_vars, tasks_from="check")
     assert rc != 0
-    assert "sysctl:vm.max_map_count: expected 262144, observed 65530" in output
+    assert "sysctl:fs.inotify.max_user_instances: expected 65535, observed 128" in output

@@ -75,14 +75,15 @@ BOOTLOADER = {"ubuntu-22.04": "grub-dropin", "ubuntu-24.04": "grub-dropin", "deb
 BUFFERS = {
     "net.core.rmem_max": "536870912", "net.core.wmem_max": "536870912",
     "net.core.rmem_default": "134217728", "net.core.wmem_default": "134217728",
-    "net.ipv4.tcp_rmem": "4096 87380 268435456", "net.ipv4.tcp_wmem": "4096 65536 268435456",
+    "net.ipv4.tcp_rmem": "4096 131072 268435456", "net.ipv4.tcp_wmem": "4096 65536 268435456",
     "net.core.netdev_max_backlog": "10000", "net.ipv4.tcp_max_syn_backlog": "8192",
 }
 GB_LIMITS = {
-    "fs.inotify.max_user_instances": "65535", "fs.inotify.max_user_watches": "524288",
-    "kernel.threads-max": "16512444", "vm.max_map_count": "262144",
-    "vm.min_free_kbytes": "65536", "vm.overcommit_memory": "1",
+    "fs.inotify.max_user_instances": "65535", "kernel.threads-max": "16512444",
+    "vm.max_map_count": "262144", "vm.overcommit_memory": "1",
 }
+# Ubuntu 24.04 allows 1048576 map areas (/etc/sysctl.d/10-map-count.conf): never lowered.
+DISTRO_HIGHER = {"ubuntu-24.04": {"vm.max_map_count"}}
 COS_ALLOWED = set(PROFILES["os/cos"]["constraints"]["sysctl_allow"])
 
 
@@ -106,22 +107,29 @@ def test_every_accelerator_intent_os(accelerator, intent, os_name):
     tokens = cmdline_tokens(r)
     serving = intent in ("inference", "multiNodeInference")
     training_net = intent in ("multiNodeTraining", "multiNodeInference")
+    hgx = arch == "amd64"
 
     assert r["arch"] == arch and r["family"] == family
     assert r["bootloader"]["method"] == BOOTLOADER[os_name]
-    # Skyhook's scheduler "sysctls" never appear, the ACS override never without opt-in.
+    # Skyhook's scheduler "sysctls" never appear; ACS redirection is off by default on
+    # bare-metal HGX with a multi-node intent only.
     assert not [sid for sid in got if sid.startswith("sysctl:kernel.sched_")]
-    assert "cmdline:acs_redirect" not in got
+    assert ("cmdline:acs_redirect" in got) is (hgx and training_net and not cos)
+    assert r["decisions"]["acs_override"]["value"] is (hgx and training_net and not cos)
     # Reboot flags follow the mechanism.
     for setting in r["settings"].values():
         assert setting["reboot"] is (setting["mechanism"] in ("cmdline", "modprobe")), setting["id"]
         assert setting["layer"] in r["layers"]
     for sid, value in BUFFERS.items():
-        assert (got.get("sysctl:" + sid) == value) is training_net, sid
+        assert (got.get("sysctl:" + sid) == value) is (training_net and not (cos and sid not in COS_ALLOWED)), sid
     assert (got.get("sysctl:vm.swappiness") == "1") is serving
     for sid, value in GB_LIMITS.items():
-        expected = gb_tray and not (cos and sid not in COS_ALLOWED)
+        expected = gb_tray and not (cos and sid not in COS_ALLOWED) and sid not in DISTRO_HIGHER.get(os_name, ())
         assert (got.get("sysctl:" + sid) == value) is expected, sid
+    # Without a known peer-memory provider GPUDirect RDMA is DMA-BUF: no nvidia_peermem.
+    assert "module:nvidia_peermem" not in got
+    if training_net:
+        assert r["decisions"]["gpudirect"]["value"] == "dmabuf"
 
     if cos:
         assert r["cloud"] == "gke" and r["reapply_every_boot"] and not r["reboot"]
@@ -133,11 +141,13 @@ def test_every_accelerator_intent_os(accelerator, intent, os_name):
         assert "command line" in skipped["cmdline:init_on_alloc"]
         if training_net:
             assert "GKE rejects" in skipped["sysctl:net.ipv4.tcp_congestion_control"]
-        if serving:
+        if accelerator == "gb200" and not serving:
             assert "hugepageConfig" in skipped["cmdline:hugepages_2M"]
-        expected = {"type": "service", "services": ["systemd-sysctl"]} if got else NOOP
-        assert diff_settings({}, r)["interrupt"] == expected
+        # Written and applied at once, and again after every boot: no interrupt, no drain.
+        assert diff_settings({}, r)["interrupt"] == NOOP
         assert [f["kind"] for f in r["files"]] == (["sysctl"] if got else [])
+        assert all(f["apply"] for f in r["files"])
+        assert r["initramfs"]["method"] == "none"
         return
 
     assert r["cloud"] is None and r["reboot"] and not r["reapply_every_boot"]
@@ -147,30 +157,32 @@ def test_every_accelerator_intent_os(accelerator, intent, os_name):
     assert ("iommu=pt" in tokens) is (arch == "amd64")
     assert ("iommu.passthrough=1" in tokens) is (arch == "arm64")
     assert ("numa_balancing=disable" in tokens) is (arch == "arm64")
+    assert ("acpi_power_meter.force_cap_on=y" in tokens) is (arch == "arm64")
+    assert (got.get("sysctl:kernel.watchdog") == "0") is (arch == "arm64")
+    assert r["initramfs"]["method"] == ("dracut" if os_name == "rhel-9" else "initramfs-tools")
+    assert [f["initramfs"] for f in r["files"] if f["kind"] == "modprobe"] in ([], [True])
     assert got["governor:cpu"] == "performance"
     assert got["sysctl:net.ipv4.conf.all.arp_announce"] == "2"
     assert got["sysctl:net.ipv4.conf.default.arp_ignore"] == "1"
     assert got["module:ib_umad"] == "loaded"
     assert got["gpu:persistence"] == "enabled"
     assert ("gpu:fabricmanager" in got) is (arch == "amd64")
-    assert (got.get("modprobe:nvidia/NVreg_CoherentGPUMemoryMode") == "driver") is (arch == "arm64")
+    # CDMM: Grace Blackwell by default; GH200 only when asked for (R615 makes it the default).
+    assert (got.get("modprobe:nvidia/NVreg_CoherentGPUMemoryMode") == "driver") is gb_tray
     assert ("modprobe:nvidia/NVreg_GrdmaPciTopoCheckOverride" in got) is (accelerator == "gb200")
     assert (got.get("dropin:containerd.service/LimitSTACK") == "67108864") is gb_tray
     assert (got.get("dropin:containerd.service/LimitMEMLOCK") == "infinity") is training_net
     assert (got.get("sysctl:net.ipv4.tcp_congestion_control") == "bbr") is training_net
     assert (got.get("sysctl:net.core.default_qdisc") == "fq") is training_net
     assert ("module:tcp_bbr" in got) is training_net
-    assert ("module:nvidia_peermem" in got) is training_net
     assert got.get("gpu:workload_power_profile") == (POWER[intent] if family == "blackwell" else None)
-    # Huge pages: intent 2M pages, GB200's own 2M + 1G pages, each size once.
+    # Huge pages: none for inference by default (an option); GB200's own 2M + 1G pages
+    # for the other intents.
     huge = {tokens[i]: tokens[i + 1] for i, tok in enumerate(tokens) if tok.startswith("hugepagesz=")}
-    if serving:
-        assert huge.get("hugepagesz=2M") == "hugepages=8192"
-    elif accelerator == "gb200":
-        assert huge.get("hugepagesz=2M") == "hugepages=5128"
+    if accelerator == "gb200" and not serving:
+        assert huge == {"hugepagesz=2M": "hugepages=5128", "hugepagesz=1G": "hugepages=2"}
     else:
-        assert "hugepagesz=2M" not in huge
-    assert (huge.get("hugepagesz=1G") == "hugepages=2") is (accelerator == "gb200")
+        assert huge == {}
     assert ("earlycon" in tokens) is (accelerator == "gb200")
     cmdline_files = [f for f in r["files"] if f["kind"] == "cmdline"]
     assert len(cmdline_files) == (1 if BOOTLOADER[os_name] == "grub-dropin" else 0)
@@ -181,11 +193,19 @@ def test_every_accelerator_intent_os(accelerator, intent, os_name):
 def test_every_accelerator_intent_cloud(accelerator, intent, cloud):
     r = resolve(accelerator, intent, "ubuntu-22.04", cloud=cloud)
     got = values(r)
-    assert r["layers"][-1] == "clouds/" + cloud
+    assert [n for n in r["layers"] if not n.startswith("options/")][-1] == "clouds/" + cloud
     training_net = intent in ("multiNodeTraining", "multiNodeInference")
+    # Cloud networking does GPUDirect RDMA through DMA-BUF: never nvidia_peermem; the
+    # hypervisor owns the PCIe topology: no ACS override.
+    assert "module:nvidia_peermem" not in got and "cmdline:acs_redirect" not in got
+    if training_net:
+        assert r["decisions"]["gpudirect"]["value"] == "dmabuf"
+    with pytest.raises(ValidationError, match="nvidia_peermem"):
+        resolve(accelerator, "multiNodeTraining", "ubuntu-22.04", cloud=cloud, options={"gpudirect": "peermem"})
     if cloud == "eks":
         assert "module:ib_umad" not in got
-        assert {"id": "module:ib_umad", "layer": "clouds/eks"}.items() <= r["removed"][0].items()
+        assert {"id": "module:ib_umad", "layer": "clouds/eks"}.items() <= next(
+            item for item in r["removed"] if item["id"] == "module:ib_umad").items()
         assert got["dropin:99-default.link/MACAddressPolicy"] == "none"
         assert (got.get("sysctl:net.ipv4.tcp_congestion_control") == "bbr") is training_net
     else:
@@ -198,32 +218,39 @@ def test_every_accelerator_intent_cloud(accelerator, intent, cloud):
 
 # ------------------------------------------------------------------ Skyhook's mistakes
 
-def test_gb200_inference_keeps_the_1g_huge_pages_of_its_parent():
-    r = resolve("gb200", "inference")
-    assert r["settings"]["cmdline:hugepages_1G"]["layer"] == "accelerators/gb200"
-    assert r["settings"]["cmdline:hugepages_2M"]["layer"] == "intents/inference"
+def test_gb200_inference_huge_pages_keep_both_sizes():
+    r = resolve("gb200", "inference", options={"inference_hugepages": True})
+    assert r["settings"]["cmdline:hugepages_1G"]["layer"] == "options/inference-hugepages"
+    assert r["settings"]["cmdline:hugepages_2M"]["layer"] == "options/inference-hugepages"
     assert " ".join(cmdline_tokens(r)).endswith("hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2")
+    assert "hugepagesz=1G" not in cmdline_tokens(resolve("h100", "inference", options={"inference_hugepages": True}))
+    # Without the option, inference reserves none, with the reason.
+    plain = resolve("gb200", "inference")
+    assert not [sid for sid in plain["settings"] if sid.startswith("cmdline:hugepages")]
+    assert "cudaHostAlloc" in {r["id"]: r["reason"] for r in plain["removed"]}["cmdline:hugepages_2M"]
+    with pytest.raises(ValidationError, match="inference intents"):
+        resolve("gb200", "performance", options={"inference_hugepages": True})
 
 
 def test_redefining_huge_pages_under_a_new_name_is_refused():
     extra = {"settings": {"cmdline": {"hugepages": "hugepagesz=2M hugepages=8192"}}}
     with pytest.raises(ValidationError, match="huge pages of size 2M are set by both"):
-        resolve("gb200", "inference", extra=extra)
+        resolve("gb200", "performance", extra=extra)
 
 
 def test_overriding_one_huge_page_size_keeps_the_other():
     extra = {"settings": {"cmdline": {"hugepages_2M": "hugepagesz=2M hugepages=1024"}}}
-    tokens = cmdline_tokens(resolve("gb200", "inference", extra=extra))
+    tokens = cmdline_tokens(resolve("gb200", "performance", extra=extra))
     assert "hugepages=1024" in tokens and "hugepagesz=1G" in tokens
 
 
 def test_only_an_explicit_removal_drops_a_setting():
-    r = resolve("gb200", "inference", extra={"remove": {"cmdline:hugepages_1G": "testing"}})
+    r = resolve("gb200", "performance", extra={"remove": {"cmdline:hugepages_1G": "testing"}})
     assert "cmdline:hugepages_1G" not in r["settings"]
     assert r["removed"] == [{"id": "cmdline:hugepages_1G", "layer": "extra", "reason": "testing",
                              "value": "hugepagesz=1G hugepages=2", "from": "accelerators/gb200"}]
     with pytest.raises(ValidationError, match="needs a reason"):
-        resolve("gb200", "inference", extra={"remove": {"cmdline:hugepages_1G": ""}})
+        resolve("gb200", "performance", extra={"remove": {"cmdline:hugepages_1G": ""}})
 
 
 @pytest.mark.parametrize("key", sorted(KNOWN_NON_SYSCTLS))
@@ -253,7 +280,7 @@ def test_cos_refuses_a_kernel_parameter_with_the_reason():
 def test_cos_refuses_the_acs_override_and_sysctls_gke_does_not_allow():
     with pytest.raises(ValidationError, match="command line"):
         resolve("h100", "performance", "cos", options={"acs_override": True})
-    with pytest.raises(ValidationError, match="not among the sysctls GKE allows"):
+    with pytest.raises(ValidationError, match="not among the sysctls GKE's node system config accepts"):
         resolve("h100", "performance", "cos", extra={"settings": {"sysctl": {"kernel.pid_max": 4194304}}})
 
 
@@ -267,11 +294,25 @@ def test_cos_needs_gke_and_accepts_allowed_sysctls():
 
 # ------------------------------------------------------------------ options
 
-def test_acs_override_is_opt_in_on_x86_hgx_only():
-    r = resolve("h100", "multiNodeTraining", options={"acs_override": True})
+def test_acs_redirection_is_off_on_bare_metal_hgx_for_multi_node_with_an_opt_out():
+    r = resolve("h100", "multiNodeTraining")
     assert r["settings"]["cmdline:acs_redirect"]["value"] == "pci=disable_acs_redir=pci:0:0"
     assert r["settings"]["cmdline:acs_redirect"]["reboot"] is True
+    assert "DGX OS" in r["decisions"]["acs_override"]["reason"]
+    opted_out = resolve("h100", "multiNodeTraining", options={"acs_override": False})
+    assert "cmdline:acs_redirect" not in opted_out["settings"]
+    assert opted_out["decisions"]["acs_override"] == {"value": False, "reason": "options.acs_override",
+                                                      "explicit": True}
+    for why, args in (("single-node", ("h100", "inference")), ("PCIe boards", ("h100", "multiNodeTraining")),
+                      ("EKS instance", ("b200", "multiNodeTraining"))):
+        kwargs = {"options": {"form_factor": "pcie"}} if why == "PCIe boards" else {}
+        if why == "EKS instance":
+            kwargs["cloud"] = "eks"
+        got = resolve(*args, **kwargs)
+        assert "cmdline:acs_redirect" not in got["settings"] and why in got["decisions"]["acs_override"]["reason"]
+    assert "cmdline:acs_redirect" in resolve("h100", "performance", options={"acs_override": True})["settings"]
     for accelerator in ("gh200", "gb200", "gb300"):
+        assert "cmdline:acs_redirect" not in resolve(accelerator, "multiNodeTraining")["settings"]
         with pytest.raises(ValidationError, match="x86-64 HGX"):
             resolve(accelerator, options={"acs_override": True})
 
@@ -281,10 +322,19 @@ def test_gpu_operator_driver_leaves_driver_settings_alone():
     assert not [sid for sid in got if sid.startswith(("gpu:", "modprobe:nvidia/"))]
     assert "module:nvidia_peermem" not in got
     assert "module:tcp_bbr" in got
+    # auto: the GPU Operator's driver DaemonSet on the node decides it, and the plan says so.
+    auto = resolve("gb200", "multiNodeTraining", host={"driver_source": "gpu-operator", "driver_reason": "DaemonSet",
+                                                      "peer_memory": "MLNX_OFED_LINUX-24.10"})
+    assert values(auto) == got
+    assert auto["decisions"]["driver_source"] == {"value": "gpu-operator", "reason": "DaemonSet", "explicit": False}
+    assert auto["decisions"]["gpudirect"]["value"] == "gpu-operator"
+    host = resolve("gb200", "multiNodeTraining")
+    assert host["decisions"]["driver_source"]["value"] == "host"
+    assert "modprobe:nvidia/NVreg_CoherentGPUMemoryMode" in host["settings"]
 
 
 def test_64k_pages_drop_1g_huge_pages_on_arm64_only():
-    r = resolve("gb200", "inference", options={"page_size": "64k"})
+    r = resolve("gb200", "performance", options={"page_size": "64k"})
     assert "cmdline:hugepages_1G" not in r["settings"] and "cmdline:hugepages_2M" in r["settings"]
     assert "no 1G" in r["removed"][0]["reason"]
     with pytest.raises(ValidationError, match="arm64"):
@@ -509,33 +559,43 @@ def test_same_profile_needs_nothing():
 
 
 @pytest.mark.parametrize("old,new,expected", [
-    # sysctl only: restart systemd-sysctl, never a reboot
-    (("h100", "performance", "cos"), ("h100", "multiNodeTraining", "cos"),
-     {"type": "service", "services": ["systemd-sysctl"]}),
-    (("gb200", "multiNodeTraining", "cos"), ("gb200", "inference", "cos"),
+    # COS: sysctls written and applied at once, never a restart or a reboot
+    (("h100", "performance", "cos"), ("h100", "multiNodeTraining", "cos"), NOOP),
+    (("gb200", "multiNodeTraining", "cos"), ("gb200", "inference", "cos"), NOOP),
+    # a sysctl only: restart systemd-sysctl
+    (("h100", "performance", "ubuntu-24.04"), ("h100", "inference", "ubuntu-24.04"),
      {"type": "service", "services": ["systemd-sysctl"]}),
     # new kernel parameters (huge pages): reboot
-    (("h100", "performance", "ubuntu-24.04"), ("h100", "inference", "ubuntu-24.04"),
+    (("h100", "performance", "ubuntu-24.04", {}), ("h100", "inference", "ubuntu-24.04", {"inference_hugepages": True}),
      {"type": "reboot", "services": []}),
     # sysctls, modules and a containerd drop-in, no kernel parameter: services only
-    (("h100", "performance", "ubuntu-24.04"), ("h100", "multiNodeTraining", "ubuntu-24.04"),
+    (("h100", "performance", "ubuntu-24.04", {"acs_override": False}),
+     ("h100", "multiNodeTraining", "ubuntu-24.04", {"acs_override": False}),
      {"type": "service", "services": ["containerd", "systemd-modules-load", "systemd-sysctl"]}),
     # Blackwell adds the power-profile unit
-    (("b200", "performance", "rhel-9"), ("b200", "multiNodeTraining", "rhel-9"),
+    (("b200", "performance", "rhel-9", {"acs_override": False}),
+     ("b200", "multiNodeTraining", "rhel-9", {"acs_override": False}),
      {"type": "service", "services": ["containerd", "nodewright-gpu-power-profile",
                                       "systemd-modules-load", "systemd-sysctl"]}),
+    # ACS redirection off for multi-node on bare-metal HGX: a kernel parameter, reboot
+    (("h100", "performance", "ubuntu-24.04"), ("h100", "multiNodeTraining", "ubuntu-24.04"),
+     {"type": "reboot", "services": []}),
     # removing huge pages from the command line: reboot
-    (("h100", "inference", "debian-12"), ("h100", "performance", "debian-12"),
+    (("h100", "inference", "debian-12", {"inference_hugepages": True}), ("h100", "performance", "debian-12"),
      {"type": "reboot", "services": []}),
 ])
 def test_diff_interrupts(old, new, expected):
-    diff = diff_settings(resolve(*old), resolve(*new))
+    def profile(accelerator, intent, os_name, options=None):
+        return resolve(accelerator, intent, os_name, options=options)
+
+    diff = diff_settings(profile(*old), profile(*new))
     assert diff["interrupt"] == expected
     assert diff["reboot"] is (expected["type"] == "reboot")
 
 
 def test_removed_settings_that_linger_are_listed():
-    diff = diff_settings(resolve("h100", "multiNodeTraining"), resolve("h100", "performance"))
+    diff = diff_settings(resolve("h100", "multiNodeTraining", options={"acs_override": False}),
+                         resolve("h100", "performance"))
     lingering = {item["id"]: item["note"] for item in diff["lingering"]}
     assert "until the next reboot" in lingering["sysctl:net.core.rmem_max"]
     assert "stays loaded" in lingering["module:tcp_bbr"]
@@ -544,7 +604,8 @@ def test_removed_settings_that_linger_are_listed():
 
 
 def test_cmdline_add_and_remove_tokens():
-    diff = diff_settings(resolve("h100", "inference"), resolve("h100", "performance", options={"acs_override": True}))
+    diff = diff_settings(resolve("h100", "inference", options={"inference_hugepages": True}),
+                         resolve("h100", "performance", options={"acs_override": True}))
     assert diff["cmdline"]["add"] == ["pci=disable_acs_redir=pci:0:0"]
     assert diff["cmdline"]["remove"] == ["hugepagesz=2M", "hugepages=8192"]
     assert diff["modified"] == [] and "cmdline:hugepages_2M" in diff["removed"]
@@ -560,7 +621,7 @@ def test_uninstall_diff():
 
 def test_drift_reapplies_without_rebooting():
     r = resolve("h100", "inference")
-    diff = diff_settings(r, r, reapply=["sysctl:vm.swappiness", "cmdline:hugepages_2M"])
+    diff = diff_settings(r, r, reapply=["sysctl:vm.swappiness", "cmdline:init_on_alloc"])
     assert diff["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
     assert not diff["changed"]
 
@@ -599,16 +660,16 @@ def test_check_passes_when_everything_took_effect():
 def test_check_names_each_setting_that_did_not_take_effect():
     r = resolve("gb200", "multiNodeTraining")
     observed = _observed_ok(r)
-    observed["sysctl:vm.max_map_count"] = "65530"
-    observed["module:nvidia_peermem"] = "absent"
+    observed["sysctl:vm.overcommit_memory"] = "0"
+    observed["module:tcp_bbr"] = "absent"
     observed[CMDLINE_PROBE] = observed[CMDLINE_PROBE].replace(" numa_balancing=disable", "")
     del observed["dropin:containerd.service/LimitMEMLOCK"]
     result = check_settings(r, observed)
     assert not result["ok"]
     assert sorted(f["id"] for f in result["failed"]) == [
         "cmdline:numa_balancing", "dropin:containerd.service/LimitMEMLOCK",
-        "module:nvidia_peermem", "sysctl:vm.max_map_count"]
-    assert "sysctl:vm.max_map_count: expected 262144, observed 65530 (from platforms/grace-blackwell)" \
+        "module:tcp_bbr", "sysctl:vm.overcommit_memory"]
+    assert "sysctl:vm.overcommit_memory: expected 1, observed 0 (from platforms/grace-blackwell)" \
         in result["summary"]
     assert "<not observed>" in result["summary"]
 
@@ -620,7 +681,7 @@ def test_live_phase_reports_reboot_settings_as_pending():
     observed["modprobe:nvidia/NVreg_CoherentGPUMemoryMode"] = "<module not loaded>"
     live = check_settings(r, observed, phase="live")
     assert live["ok"]
-    assert "cmdline:hugepages_1G" in live["pending_reboot"]
+    assert "cmdline:earlycon" in live["pending_reboot"]
     assert "modprobe:nvidia/NVreg_CoherentGPUMemoryMode" in live["pending_reboot"]
     assert not check_settings(r, observed)["ok"]
     with pytest.raises(ValidationError, match="unknown check phase"):

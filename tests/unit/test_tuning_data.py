@@ -19,6 +19,7 @@ from ansible_collections.nodewright.fleet.plugins.filter import tuning as tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import ACCELERATORS, ACCELERATOR_NAMES
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import (
     MISSING,
+    UNAVAILABLE,
     parse_observations,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
@@ -35,6 +36,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary
     OPTION_SPECS,
     STATE_FILE,
 )
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.decide import host_facts, host_probes
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.floors import LIMIT_SYSCTLS
 
 pytestmark = pytest.mark.unit
 
@@ -83,6 +87,7 @@ def test_role_constants_match_module_utils():
     assert role_vars["nvidia_tuning__grub_file"] == GRUB_FILE
     assert role_vars["nvidia_tuning__dropin_name"] == FILE_PREFIX + ".conf"
     assert role_vars["nvidia_tuning__noop"] == NOOP
+    assert role_vars["nvidia_tuning__host_probes"] == host_probes(LIMIT_SYSCTLS)
     templates = set(os.listdir(os.path.join(ROLE, "templates")))
     for accelerator in ACCELERATOR_NAMES:
         for spec in resolve_profile(accelerator, "multiNodeInference", "ubuntu-24.04", cloud="eks",
@@ -225,3 +230,39 @@ def test_observe_script_prints_one_line_per_probe(tmp_path):
     assert observed["governor:cpu"]  # a governor list or <unavailable>, never empty
     assert observed["modprobe:not_a_module/opt"] == "<module not loaded>"
     assert observed["bogus:x"] == "<unknown probe>"
+
+
+def test_observe_script_reports_the_host_facts_and_registry_keys(tmp_path):
+    root = tmp_path / "root"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir, "ofed_info", 'echo "MLNX_OFED_LINUX-24.10-1.1.4.0:"\n')
+    _stub(bin_dir, "modinfo", "exit 1\n")
+    with open(os.path.join(REPO, "packages", "nvidia-tuning", "steps", "observe.sh")) as handle:
+        script = handle.read()
+    env = dict(os.environ, PATH="%s:/usr/bin:/bin" % bin_dir)
+    probes = ["host:peer_memory", "host:gdrdrv", "host:memory", "host:driver_container"]
+    out = subprocess.run(["/bin/sh", "-c", script, "nodewright-observe"] + probes, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    observed = parse_observations(out)
+    assert observed["host:peer_memory"] == "MLNX_OFED_LINUX-24.10-1.1.4.0"
+    assert observed["host:gdrdrv"] == "absent"
+    assert observed["host:memory"].isdigit()  # this machine's MemTotal
+    assert observed["host:driver_container"] in ("present", "absent")
+    facts = host_facts(observed, labels={"nvidia.com/gpu.deploy.driver": "true"},
+                       applied={"vm.swappiness": "1"})
+    assert facts["peer_memory"] == "MLNX_OFED_LINUX-24.10-1.1.4.0" and facts["gdrdrv"] is False
+    assert facts["driver_source"] == "gpu-operator" and facts["applied"] == {"vm.swappiness": "1"}
+    # One key of NVreg_RegistryDwords, as /sys/module shows the parameter.
+    params = root / "sys" / "module" / "nvidia" / "parameters"
+    params.mkdir(parents=True)
+    (params / "NVreg_RegistryDwords").write_text('"RMForceStaticBar1=1;PeerMappingOverride=1;"\n')
+    chrooted = script.replace("/sys/module", str(root / "sys" / "module")).replace(
+        "/proc/driver/nvidia/params", str(root / "none"))
+    out = subprocess.run(["/bin/sh", "-c", chrooted, "nodewright-observe",
+                          "modprobe:nvidia/NVreg_RegistryDwords.PeerMappingOverride",
+                          "modprobe:nvidia/NVreg_RegistryDwords.Missing"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    observed = parse_observations(out)
+    assert observed["modprobe:nvidia/NVreg_RegistryDwords.PeerMappingOverride"] == "1"
+    assert observed["modprobe:nvidia/NVreg_RegistryDwords.Missing"] == UNAVAILABLE

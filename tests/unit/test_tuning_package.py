@@ -23,7 +23,11 @@ from nodewright_sim import hostroot
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import StepFailed, run_packages
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
+    StepFailed,
+    check_packages,
+    run_packages,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import ACCELERATOR_NAMES
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import (
     CHECK_RULES,
@@ -111,7 +115,15 @@ def test_config_groups_settings_by_the_interrupt_a_change_needs():
     reboot = dict(line.split("\t") for line in config[KEY_REBOOT].splitlines())
     assert reboot["cmdline:hugepages_1G"] == "hugepagesz=1G hugepages=2"
     assert reboot["modprobe:nvidia/NVreg_CoherentGPUMemoryMode"] == "driver"
-    assert "sysctl:vm.max_map_count\t262144" in config["resolved.service.systemd-sysctl"]
+    assert "sysctl:vm.overcommit_memory\t1" in config["resolved.service.systemd-sysctl"]
+    # Ubuntu 24.04's 1048576 map areas are not lowered to the profile's 262144.
+    assert "sysctl:vm.max_map_count" not in config["resolved.service.systemd-sysctl"]
+    profile = config[KEY_PROFILE].splitlines()
+    assert "initramfs\tinitramfs-tools\tupdate-initramfs\t-u\t-k\tall" in profile
+    assert "floor\tnet.core.rmem_max\t536870912" in profile
+    assert not [line for line in profile if line.startswith("requires\t")]  # no peer memory known: DMA-BUF
+    assert [line.split("\t")[3] for line in profile if line.startswith("file\tresolved.file.modprobe\t")] == [
+        "initramfs"]
     assert "dropin:containerd.service/LimitMEMLOCK\tinfinity" in config["resolved.service.containerd"]
     # Every setting is in exactly one group, and the group's interrupt is the setting's.
     grouped = [line.split("\t")[0] for key, text in config.items()
@@ -128,8 +140,9 @@ def test_config_groups_settings_by_the_interrupt_a_change_needs():
 
 
 def test_files_are_the_bytes_the_role_writes():
-    spec, _ = spec_for(GB200, intent="inference")
-    resolved = resolve_profile("gb200", "inference", "ubuntu-24.04", profiles=PROFILES)
+    spec, _ = spec_for(GB200, intent="inference", options={"inference_hugepages": True})
+    resolved = resolve_profile("gb200", "inference", "ubuntu-24.04", options={"inference_hugepages": True},
+                               profiles=PROFILES, host={"driver_source": "host"})
     files = render_files(resolved, DEFAULT_POWER_PROFILE_COMMAND)
     manifest = [line.split("\t") for line in spec["config"][KEY_PROFILE].splitlines() if line.startswith("file\t")]
     assert [(m[1], m[2]) for m in manifest] == [(file_key(f), f["path"]) for f in files]
@@ -226,11 +239,21 @@ def test_the_plan_shows_each_nodes_settings():
     text = jinja2.Environment(trim_blocks=True).from_string(template).render(
         nodewright_plan={"rollouts": [plan], "blocked": []})
     lines = text.splitlines()
-    at = lines.index("  gb200-0000: nvidia-tuning apply 1.0.0; interrupt reboot")
-    assert lines[at + 1] == "    nvidia-tuning gb200/multiNodeTraining on ubuntu-24.04: 38 settings, 9 need a reboot"
+    at = lines.index("  gb200-0000: nvidia-tuning apply 1.1.0; interrupt reboot")
+    assert lines[at + 1] == "    nvidia-tuning gb200/multiNodeTraining on ubuntu-24.04: %d settings, %d need a reboot" % (
+        len(tuned["settings"]), len([s for s in tuned["settings"] if s["reboot"]]))
     assert "      cmdline: hugepages_1G = hugepagesz=1G hugepages=2 (reboot)" in lines
-    assert "      sysctl: net.ipv4.tcp_rmem = 4096 87380 268435456 (no reboot)" in lines
+    # A limit shows the node's value it replaces; one that would lower it is left out, saying why.
+    assert ("      sysctl: net.ipv4.tcp_rmem = 4096 131072 6291456 (the kernel's default) -> 4096 131072 268435456 "
+            "(no reboot)") in lines
+    assert ("      skipped sysctl:vm.max_map_count: would lower vm.max_map_count from 1048576 (Ubuntu 24.04's "
+            "/etc/sysctl.d/10-map-count.conf) to 262144") in lines
     assert "      modprobe: nvidia/NVreg_CoherentGPUMemoryMode = driver (reboot)" in lines
+    assert ("      decided gpudirect = dmabuf: no peer-memory provider known for this node; set gpudirect peermem "
+            "for hosts with MLNX_OFED or DOCA-OFED (the package's preflight checks it)") in lines
+    assert "      decided acs_override = false: not an x86-64 HGX node" in lines
+    assert "      initramfs: rebuilt (update-initramfs -u -k all) when the driver options change, before the reboot" \
+        in lines
 
 
 def test_filters_for_direct_use_and_for_the_role():
@@ -279,7 +302,8 @@ VERDICTS = [
     ({"sysctl:vm.overcommit_memory": "0"}, ["sysctl:vm.overcommit_memory"]),
     ({"sysctl:net.ipv4.tcp_wmem": "4096\t65536   268435456"}, []),
     ({CMDLINE_PROBE: "BOOT_IMAGE=/boot/vmlinuz ro quiet"},
-     ["cmdline:earlycon", "cmdline:hugepages_1G", "cmdline:hugepages_2M", "cmdline:init_on_alloc",
+     ["cmdline:acpi_power_meter", "cmdline:earlycon", "cmdline:hugepages_1G", "cmdline:hugepages_2M",
+      "cmdline:init_on_alloc",
       "cmdline:iommu", "cmdline:numa_balancing", "cmdline:serial_console"]),
     ({"gpu:persistence": "Enabled Disabled"}, ["gpu:persistence"]),
     ({"gpu:persistence": ""}, ["gpu:persistence"]),
@@ -380,9 +404,12 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     with pytest.raises(StepFailed, match="has not rebooted"):
         run(root, None, phase="post-interrupt")
 
+    # The driver options are in the initramfs, which the driver loads from.
+    assert "options nvidia NVreg_CoherentGPUMemoryMode=driver NVreg_GrdmaPciTopoCheckOverride=1" in read(
+        root, "/boot/initrd.img-%s" % hostroot.DEFAULT_KERNEL)
     done = interrupt_and_verify(root, applied)
     verified = step_output(done, "post-interrupt-check")
-    assert "all 32 setting(s) in effect, 6 unverified" in verified
+    assert "all %d setting(s) in effect, 6 unverified" % (len(resolved["settings"]) - 6) in verified
     assert "numa_balancing=disable" in read(root, "/proc/cmdline")
     assert read(root, "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode").strip() == "driver"
     assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
@@ -423,10 +450,10 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     interrupt_and_verify(root, redone)
 
     # A new package version is applied with the whole profile's interrupt.
-    newer = str(tmp_path / "nvidia-tuning-1.1.0")
+    newer = str(tmp_path / "nvidia-tuning-1.2.0")
     shutil.copytree(SRC, newer)
     manifest = json.load(open(os.path.join(newer, "package.json")))
-    manifest["version"] = "1.1.0"
+    manifest["version"] = "1.2.0"
     json.dump(manifest, open(os.path.join(newer, "package.json"), "w"))
     upgraded = run(root, dict(rechecked, src=newer))
     assert [(r["action"], r["stages"]) for r in upgraded["results"]] == [("upgrade", ["upgrade", "config"])]
@@ -443,6 +470,73 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     assert "numa_balancing" not in read(root, "/proc/cmdline")
 
 
+def test_a_driver_option_change_rebuilds_the_initramfs_and_takes_effect_after_the_reboot(tmp_path, base_image):
+    root = host(tmp_path, base_image)
+    spec, _ = spec_for(GB200, intent="multiNodeTraining")
+    interrupt_and_verify(root, run(root, spec))
+    option = "/sys/module/nvidia/parameters/NVreg_EnablePCIERelaxedOrderingMode"
+    assert not exists(root, option)
+
+    relaxed, _ = spec_for(GB200, intent="multiNodeTraining", options={"relaxed_ordering": True})
+    changed = run(root, relaxed)
+    assert changed["interrupt"] == REBOOT  # planned from the reboot group, before the node is touched
+    assert "rebuilding the initramfs (update-initramfs): update-initramfs -u -k all" in step_output(changed, "config")
+    image = read(root, "/boot/initrd.img-%s" % hostroot.DEFAULT_KERNEL)
+    assert "NVreg_EnablePCIERelaxedOrderingMode=1" in image
+    interrupt_and_verify(root, changed)
+    assert read(root, option).strip() == "1"
+
+    # The same option written without a rebuild never reaches the driver: what the
+    # simulated boot loads is what the initramfs carries.
+    with open(os.path.join(root, "etc/modprobe.d/50-site.conf"), "w") as fh:
+        fh.write("options nvidia NVreg_EnableResizableBar=1\n")
+    hostroot.boot(root)
+    assert not exists(root, "/sys/module/nvidia/parameters/NVreg_EnableResizableBar")
+    # An initramfs not built from the options in place is drift: the check stage says so.
+    os.unlink(os.path.join(root, "var/lib/nodewright/data/nvidia-tuning/initramfs"))
+    drift = check_packages(host_root=root, resource=RESOURCE)
+    assert [(d["name"], d["stage"]) for d in drift["drifted"]] == [(PACKAGE_NAME, "config-check")]
+    assert "initramfs was not rebuilt" in drift["drifted"][0]["message"]
+
+
+def test_the_host_refuses_a_limit_below_its_own_value_unless_forced(tmp_path, base_image):
+    root = host(tmp_path, base_image)
+    # Raised on the host by someone else (the controller cannot know): read before writing.
+    assert hostroot.run(root, "sysctl -w net.core.rmem_max=1073741824").returncode == 0
+    spec, _ = spec_for(GB200, intent="multiNodeTraining")
+    with pytest.raises(StepFailed, match="net.core.rmem_max is 1073741824 on this host, the profile would lower it "
+                                         "to 536870912; NodeWright never lowers a limit"):
+        run(root, spec)
+    assert not exists(root, SYSCTL_FILE)
+    forced, _ = spec_for(GB200, intent="multiNodeTraining", extra={"settings": {"sysctl": {"net.core.rmem_max": {
+        "value": 536870912, "force": True, "why": "the site lowers it on purpose"}}}})
+    assert "floor\tnet.core.rmem_max\t" not in forced["config"][KEY_PROFILE]
+    interrupt_and_verify(root, run(root, forced))
+    assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
+    # What NodeWright wrote itself is not the host's own value: back to the profile's value is fine.
+    interrupt_and_verify(root, run(root, spec))
+
+
+def test_nvidia_peermem_needs_a_peer_memory_provider_on_the_host(tmp_path, base_image):
+    spec, per_node = spec_for(GB200, intent="multiNodeTraining", options={"gpudirect": "peermem"})
+    assert "requires\tpeer-memory\tnvidia_peermem" in spec["config"][KEY_PROFILE].splitlines()
+    assert {"option": "gpudirect", "value": "peermem", "reason": "options.gpudirect", "explicit": True} in \
+        per_node["gb200-0000"]["decisions"]
+    plain = host(tmp_path, base_image)
+    with pytest.raises(StepFailed, match="needs a peer-memory provider \\(MLNX_OFED or DOCA-OFED\\) that this host "
+                                         "does not have"):
+        run(plain, spec)
+    assert not exists(plain, MODULES_FILE)
+    mofed = str(tmp_path / "mofed")
+    hostroot.create(mofed, base_image, dict(HOSTS["gb200"], mofed=True))
+    applied = run(mofed, spec)
+    assert "peer-memory provider for nvidia_peermem: MLNX_OFED_LINUX-24.10-1.1.4.0" in step_output(applied, "apply")
+    assert "nvidia_peermem" in read(mofed, MODULES_FILE)
+    gdrcopy, _ = spec_for(GB200, intent="multiNodeTraining", options={"gdrcopy": "on"})
+    with pytest.raises(StepFailed, match="loads gdrdrv, which is not installed on this host"):
+        run(plain, gdrcopy)
+
+
 def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
     root = str(tmp_path / "cos")
     hostroot.create(root, base_image, dict(HOSTS["h100"], os_id="cos"))
@@ -450,16 +544,20 @@ def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
                 labels=dict(H100["labels"], **{"cloud.google.com/gke-nodepool": "gpu"}))
     spec, per_node = spec_for(node, intent="multiNodeTraining")
     assert per_node["h100-0000"]["cloud"] == "gke" and not per_node["h100-0000"]["reboot"]
+    assert per_node["h100-0000"]["reapply_every_boot"]
     assert KEY_REBOOT not in spec["config"]
+    # Written and applied at once (sysctl -p): nothing to restart, so nothing to drain for.
+    assert spec["interrupt"] == NOOP
     applied = run(root, spec)
-    assert applied["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
+    assert applied["interrupt"] == NOOP
+    assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
     written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/nvidia-tuning/files").splitlines()]
     assert written == [SYSCTL_FILE]
     assert not exists(root, GRUB_FILE) and not exists(root, MODPROBE_FILE)
-    done = interrupt_and_verify(root, applied)
+    # No interrupt, so no post-interrupt check: the config check reads the settings back.
     resolved = resolve_profile("h100", "multiNodeTraining", "cos", profiles=PROFILES)
     assert {s["mechanism"] for s in resolved["settings"].values()} == {"sysctl"}
-    assert "all %d setting(s) in effect" % len(resolved["settings"]) in step_output(done, "post-interrupt-check")
+    assert "all %d setting(s) in effect" % len(resolved["settings"]) in step_output(applied, "config-check")
     assert sh(root, "sysctl -n net.ipv4.tcp_congestion_control") == "cubic"  # GKE rejects bbr on GPU nodes
 
 
@@ -505,7 +603,8 @@ def test_grubby_hosts_get_kernel_parameters_on_every_boot_entry(tmp_path, base_i
     performance, _ = spec_for(None, accelerator="h100", os="rhel-9")
     assert run(root, performance)["interrupt"] == REBOOT
     assert not exists(root, GRUB_FILE)
-    inference, _ = spec_for(None, accelerator="h100", os="rhel-9", intent="inference")
+    inference, _ = spec_for(None, accelerator="h100", os="rhel-9", intent="inference",
+                            options={"inference_hugepages": True})
     assert run(root, inference)["interrupt"] == REBOOT
     run_packages([{"name": PACKAGE_NAME, "state": "absent"}], host_root=root, resource=RESOURCE)
     assert read(root, "/var/lib/grubby.args") == ""

@@ -81,3 +81,23 @@ def os_release_match(os_name):
         if name == os_name:
             return (want_id, want_version)
     raise ValidationError("unknown os %r" % (os_name,), field="os")
+
+
+# The GPU Operator puts its driver DaemonSet on the nodes it labels
+# nvidia.com/gpu.deploy.driver=true, and relabels a node "pre-installed" when the host
+# has a driver of its own.
+LABEL_DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
+
+
+def driver_source(labels, driver_container=None):
+    """``(source, reason)``: ``gpu-operator`` where the GPU Operator's driver DaemonSet
+    runs on the node (its label on the node, or the driver container's root under
+    ``/run/nvidia/driver`` on the host, ``driver_container``), else ``host``."""
+    value = str((labels or {}).get(LABEL_DEPLOY_DRIVER, "")).strip().lower()
+    if value == "true":
+        return "gpu-operator", "the GPU Operator's driver DaemonSet runs on this node (%s=true)" % LABEL_DEPLOY_DRIVER
+    if driver_container:
+        return "gpu-operator", "the GPU Operator's driver container runs on this host (/run/nvidia/driver)"
+    if value == "pre-installed":
+        return "host", "the GPU Operator found a driver installed on the host (%s=pre-installed)" % LABEL_DEPLOY_DRIVER
+    return "host", "no GPU Operator driver DaemonSet on this node (%s is not 'true')" % LABEL_DEPLOY_DRIVER

@@ -67,10 +67,16 @@ def diff_settings(old, new, reapply=()):
     }
 
 
-def state_record(resolved, pending_interrupt=None):
-    """What the role records on the host: the applied settings, files and pending interrupt."""
+def state_record(resolved, pending_interrupt=None, initramfs=None):
+    """What the role records on the host: the applied settings, files and pending
+    interrupt, and - where the OS has one - the checksum of the driver options the
+    initramfs was last built from, with the command that rebuilds it."""
     settings = copy.deepcopy(settings_of(resolved))
-    return {
+    for setting in settings.values():
+        # What the node had before is read again at every run; the record keeps what was written.
+        setting.pop("current", None)
+        setting.pop("current_source", None)
+    record = {
         "version": 1,
         "profile": {k: resolved.get(k) for k in ("accelerator", "intent", "os", "cloud", "options")},
         "settings": settings,
@@ -78,3 +84,14 @@ def state_record(resolved, pending_interrupt=None):
         "bootloader": resolved.get("bootloader") or {"method": "none"},
         "pending_interrupt": merge_interrupts(pending_interrupt or NOOP),
     }
+    builder = resolved.get("initramfs") or {}
+    if initramfs and builder.get("method", "none") != "none":
+        record["initramfs"] = initramfs
+        record["initramfs_command"] = list(builder.get("update_command") or [])
+    return record
+
+
+def applied_sysctls(record):
+    """``{key: value}`` of the sysctls a role record says NodeWright wrote."""
+    return {s.get("key"): s.get("value") for s in settings_of((record or {}).get("settings") or {}).values()
+            if s.get("mechanism") == "sysctl"}

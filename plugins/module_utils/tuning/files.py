@@ -15,6 +15,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary
     MODPROBE_FILE,
     MODULES_FILE,
     POWER_PROFILE_UNIT,
+    REGISTRY_DWORDS,
     STATE_FILE,
     SYSCTL_FILE,
     SYSTEMD_NETWORK_DIR,
@@ -46,21 +47,28 @@ def render_plan(resolved):
     sysctls = _by_mech(settings, "sysctl")
     if sysctls:
         files.append({"path": SYSCTL_FILE, "template": "sysctl.conf.j2", "kind": "sysctl",
-                      "entries": entries(sysctls), "settings": [s["id"] for s in sysctls]})
+                      "entries": entries(sysctls), "settings": [s["id"] for s in sysctls],
+                      # Applied by the step with sysctl -p as soon as it is written.
+                      "apply": any(s.get("applied_on_write") for s in sysctls)})
     cmdline = _by_mech(settings, "cmdline")
     if cmdline and resolved["bootloader"].get("method") == "grub-dropin":
         files.append({"path": GRUB_FILE, "template": "grub.cfg.j2", "kind": "cmdline",
                       "tokens": cmdline_tokens(resolved), "entries": entries(cmdline),
                       "settings": [s["id"] for s in cmdline]})
     modprobe = _by_mech(settings, "modprobe")
+    initramfs = (resolved.get("initramfs") or {}).get("method", "none") != "none"
     if modprobe:
         modules = {}
         for s in modprobe:
-            modules.setdefault(s["module"], []).append(
-                {"option": s["option"], "value": s["value"], "layer": s["layer"], "why": s["why"]})
+            modules.setdefault(s["module"], []).append(s)
         files.append({"path": MODPROBE_FILE, "template": "modprobe.conf.j2", "kind": "modprobe",
-                      "modules": [{"name": m, "options": o} for m, o in modules.items()],
-                      "settings": [s["id"] for s in modprobe]})
+                      "modules": [{"name": m, "tokens": modprobe_tokens(items),
+                                   "options": [{"option": s["key"].split("/", 1)[1], "value": s["value"],
+                                                "layer": s["layer"], "why": s["why"]} for s in items]}
+                                  for m, items in modules.items()],
+                      "settings": [s["id"] for s in modprobe],
+                      # The initramfs carries a copy of modprobe.d: rebuilt when this changes.
+                      "initramfs": initramfs})
     modules = _by_mech(settings, "module")
     if modules:
         files.append({"path": MODULES_FILE, "template": "modules-load.conf.j2", "kind": "module",
@@ -92,6 +100,23 @@ def render_plan(resolved):
         files.append({"path": WANTS_FILE, "template": "wants.conf.j2", "kind": "wants",
                       "units": [u for u, _ in wants], "settings": [sid for _, sid in wants]})
     return files
+
+
+def modprobe_tokens(items):
+    """``OPTION=VALUE`` words of one module's options line, in merge order; the keys of
+    NVreg_RegistryDwords merged into its one parameter (``"KEY=VALUE;KEY=VALUE;"``)."""
+    tokens, dwords, at = [], [], None
+    for s in items:
+        if s.get("dword"):
+            if at is None:
+                at = len(tokens)
+                tokens.append(None)
+            dwords.append("%s=%s;" % (s["dword"], s["value"]))
+        else:
+            tokens.append("%s=%s" % (s["option"], s["value"]))
+    if at is not None:
+        tokens[at] = '%s="%s"' % (REGISTRY_DWORDS, "".join(dwords))
+    return tokens
 
 
 def cmdline_tokens(resolved_or_settings):

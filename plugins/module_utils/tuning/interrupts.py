@@ -55,6 +55,8 @@ def apply_interrupt(setting):
     if setting.get("reboot"):
         return interrupt("reboot")
     if mech == "sysctl":
+        if setting.get("applied_on_write"):
+            return dict(NOOP)
         return interrupt("service", ["systemd-sysctl"])
     if mech == "module":
         return interrupt("service", ["systemd-modules-load"])

@@ -16,6 +16,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary
     LAYER_KINDS,
     MECHANISMS,
     POWER_PROFILES,
+    REGISTRY_DWORDS,
     field_path,
 )
 
@@ -23,6 +24,7 @@ _SYSCTL_KEY_RE = re.compile(r"^[a-z0-9_][a-z0-9_\-]*(\.[A-Za-z0-9_\-]+)+$")
 _CMDLINE_TOKEN_RE = re.compile(r"^[A-Za-z0-9_.\-]+(=[^\s\"']+)?$")
 _MODULE_RE = re.compile(r"^[a-z0-9_\-]+$")
 _OPTION_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_DWORD_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _UNIT_RE = re.compile(r"^[A-Za-z0-9@_.\-]+\.(service|socket|target|mount|timer|link|network|netdev)$")
 _DIRECTIVE_RE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 
@@ -115,6 +117,10 @@ def _normalize_setting(mech, key, raw, layer, group=None):
                 "%s is not a sysctl on the kernels NodeWright supports: %s" % (key, KNOWN_NON_SYSCTLS[key]),
                 field=where, hint="leave it out; 'sysctl --system' fails on unknown keys")
         setting.update(key=key, value=_text(entry["value"], where), reboot=False)
+        if entry.get("force") is not None:
+            if not isinstance(entry["force"], bool):
+                raise ValidationError("force must be true or false", field=where)
+            setting["force"] = entry["force"]
     elif mech == "cmdline":
         value = _text(entry["value"], where)
         tokens = value.split()
@@ -134,10 +140,21 @@ def _normalize_setting(mech, key, raw, layer, group=None):
                                   field=where)
         setting.update(key=key, value="loaded", reboot=False)
     elif mech == "modprobe":
-        if not _MODULE_RE.match(group) or not _OPTION_RE.match(key):
-            raise ValidationError("invalid module option %s %s" % (group, key), field=where)
-        setting.update(key="%s/%s" % (group, key), module=group, option=key,
+        option, _, dword = key.partition(".")
+        if not _MODULE_RE.match(group) or not _OPTION_RE.match(option) or (
+                dword and (option != REGISTRY_DWORDS or not _DWORD_RE.match(dword))):
+            raise ValidationError("invalid module option %s %s" % (group, key), field=where,
+                                  hint="an option name, or %s.KEY for one key of the registry" % REGISTRY_DWORDS
+                                  if "." in key else None)
+        if option == REGISTRY_DWORDS and not dword:
+            raise ValidationError("%s holds several keys: set each as %s.KEY" % (option, option), field=where,
+                                  hint="e.g. %s.PeerMappingOverride: {value: 1}; NodeWright merges them" % option)
+        setting.update(key="%s/%s" % (group, key), module=group, option=option,
                        value=_text(entry["value"], where), reboot=bool(entry.get("reboot", True)))
+        if dword:
+            setting["dword"] = dword
+            if not re.match(r"^[A-Za-z0-9_x]+$", setting["value"]):
+                raise ValidationError("a registry value is a number, got %r" % setting["value"], field=where)
     elif mech == "dropin":
         if not _UNIT_RE.match(group) or not _DIRECTIVE_RE.match(key):
             raise ValidationError("invalid systemd drop-in %s %s" % (group, key), field=where)

@@ -7,9 +7,14 @@ the host as package config, because package steps run in a plain shell on the no
 Config keys the controller adds (user keys come from the package's defaultConfig):
   resolved.profile        tab-separated lines: name, arch (uname -m), os (os-release ID
                           and VERSION_ID), bootloader (method, update command), cmdline
-                          (the kernel parameters), and per file "file KEY PATH FLAGS
-                          DRIFT REMOVAL" (flags: reload, bootloader; the interrupt words
-                          for a file edited on the host and for a removed file)
+                          (the kernel parameters), initramfs (method, update command),
+                          reapply (every-boot: the OS forgets /etc at boot), "requires
+                          WHAT MODULE" (peer-memory, gdrdrv: what the host must have for
+                          a module to load), "floor KEY VALUE" (a limit sysctl the host's
+                          current value must not exceed), and per file "file KEY PATH
+                          FLAGS DRIFT REMOVAL" (flags: reload, bootloader, initramfs,
+                          apply - sysctl -p once written -; the interrupt words for a
+                          file edited on the host and for a removed file)
   resolved.file.<name>    each file's content, as the role writes it
   resolved.checks         per setting: id, probe, rule and expected value (tab separated)
   resolved.reboot, resolved.service.<unit>, resolved.noop
@@ -28,10 +33,12 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import d
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import check_expectations, checks_text
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.detect import (
     detect_cloud,
+    driver_source,
     os_from_os_image,
     os_release_match,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import cmdline_tokens
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.floors import LIMIT_SYSCTLS
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import (
     NOOP,
     apply_interrupt,
@@ -116,6 +123,21 @@ def package_config(resolved, files, skip=None):
              "os\t%s\t%s" % (os_id, os_version),
              "bootloader\t%s" % "\t".join([bootloader.get("method", "none")] + list(bootloader.get("update_command") or [])),
              "cmdline\t%s" % " ".join(cmdline_tokens(resolved))]
+    initramfs = resolved.get("initramfs") or {"method": "none"}
+    if any(spec.get("initramfs") for spec in files) or initramfs.get("method", "none") != "none":
+        lines.append("initramfs\t%s" % "\t".join([initramfs.get("method", "none")]
+                                                   + list(initramfs.get("update_command") or [])))
+    if resolved.get("reapply_every_boot"):
+        lines.append("reapply\tevery-boot")
+    # What the host must have for the modules to load (checked before anything is written).
+    for module, need in (("nvidia_peermem", "peer-memory"), ("gdrdrv", "gdrdrv")):
+        if "module:" + module in settings:
+            lines.append("requires\t%s\t%s" % (need, module))
+    # The floor rule on the host: the value it has now must not be higher.
+    for sid in sorted(settings):
+        setting = settings[sid]
+        if setting["mechanism"] == "sysctl" and setting["key"] in LIMIT_SYSCTLS and not setting.get("force"):
+            lines.append("floor\t%s\t%s" % (setting["key"], setting["value"]))
     for spec in files:
         key = file_key(spec)
         if key in config:
@@ -123,13 +145,25 @@ def package_config(resolved, files, skip=None):
                                   field="files")
         config[key] = spec["content"]
         flags = [f for f, on in (("reload", spec["path"].startswith("etc/systemd/")),
-                                 ("bootloader", spec["kind"] == "cmdline")) if on]
+                                 ("bootloader", spec["kind"] == "cmdline"),
+                                 ("initramfs", spec.get("initramfs")),
+                                 ("apply", spec.get("apply"))) if on]
         drift, removal = _file_interrupts(spec, settings)
         lines.append("file\t%s\t%s\t%s\t%s\t%s" % (key, spec["path"], ",".join(flags) or "-",
                                                    interrupt_words(drift), interrupt_words(removal)))
     config[KEY_PROFILE] = "\n".join(lines) + "\n"
     config[KEY_CHECKS] = checks_text(check_expectations(resolved, skip)) or "\n"
     return config
+
+
+def reapplies_every_boot(spec):
+    """Whether an nvidia-tuning package spec (with its ``resolved.*`` config) is for an
+    OS that forgets its settings at every boot (COS): the reconciler applies it again
+    when the node's boot ID changes."""
+    if (spec or {}).get("name") != PACKAGE_NAME:
+        return False
+    profile = ((spec.get("config") or {}).get(KEY_PROFILE)) or ""
+    return any(line.split("\t")[:2] == ["reapply", "every-boot"] for line in str(profile).splitlines())
 
 
 def _json_mapping(value, key):
@@ -147,11 +181,39 @@ def _json_mapping(value, key):
     return parsed
 
 
+_QUANTITY_RE = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_QUANTITY_UNITS = {None: 1, "Ki": 1024, "Mi": 1024 ** 2, "Gi": 1024 ** 3, "Ti": 1024 ** 4, "Pi": 1024 ** 5,
+                   "k": 1000, "M": 1000 ** 2, "G": 1000 ** 3, "T": 1000 ** 4, "P": 1000 ** 5}
+
+
+def memory_kib(quantity):
+    """KiB in a Kubernetes memory quantity (``960Gi``, ``2113708Ki``), or None."""
+    found = _QUANTITY_RE.match(str(quantity or "").strip())
+    if not found:
+        return None
+    return int(found.group(1)) * _QUANTITY_UNITS[found.group(2)] // 1024
+
+
 def node_facts(node):
-    """What resolving a profile needs from a Node as the API returns it."""
+    """What resolving a profile needs from a Node as the API returns it: its name,
+    labels, OS image and memory (``status.capacity.memory``)."""
     meta = node.get("metadata") or {}
-    info = (node.get("status") or {}).get("nodeInfo") or {}
-    return {"name": meta.get("name"), "labels": dict(meta.get("labels") or {}), "os_image": info.get("osImage")}
+    status = node.get("status") or {}
+    info = status.get("nodeInfo") or {}
+    return {"name": meta.get("name"), "labels": dict(meta.get("labels") or {}), "os_image": info.get("osImage"),
+            "memory_kib": memory_kib((status.get("capacity") or {}).get("memory"))}
+
+
+def host_facts(node):
+    """What the controller knows about a node's host (``decide.py``): its memory and
+    whether the GPU Operator's driver runs there. The rest is checked on the host."""
+    if not node:
+        return {}
+    source, reason = driver_source(node.get("labels"))
+    facts = {"driver_source": source, "driver_reason": reason}
+    if node.get("memory_kib"):
+        facts["memory_kib"] = node["memory_kib"]
+    return facts
 
 
 def dropin_units(profiles):
@@ -187,20 +249,35 @@ def _node_inputs(user, node, where):
     except ValidationError as exc:
         raise ValidationError("%s%s" % ("node %s: " % node["name"] if node else "", exc.message), field=where,
                               hint=exc.hint)
-    return (accelerator, os_name, cloud, options), warnings
+    return (accelerator, os_name, cloud, options, host_facts(node)), warnings
 
 
 def plan_summary(resolved):
-    """The settings a node would get, for people (``plan.yml``)."""
+    """The settings a node would get, for people (``plan.yml``): each with its value (a
+    limit sysctl with the node's value it replaces, ``current`` and ``current_source``),
+    the decisions taken for the node with their reasons, what was skipped and why, and
+    whether the initramfs is rebuilt."""
+    settings = []
+    for sid, s in sorted(resolved["settings"].items(), key=lambda kv: (MECHANISMS.index(kv[1]["mechanism"]), kv[0])):
+        entry = {"id": sid, "mechanism": s["mechanism"], "key": s["key"], "value": s["value"],
+                 "reboot": bool(s["reboot"]), "interrupt": s["interrupt"]}
+        if s.get("current") is not None:
+            entry.update(current=s["current"], current_source=s.get("current_source"))
+        if s.get("force"):
+            entry["forced"] = True
+        settings.append(entry)
+    initramfs = resolved.get("initramfs") or {"method": "none"}
+    modprobe = any(s["mechanism"] == "modprobe" for s in resolved["settings"].values())
     return {
         "profile": resolved["name"], "accelerator": resolved["accelerator"], "os": resolved["os"],
         "cloud": resolved["cloud"], "reboot": resolved["reboot"],
         "interrupt": merge_interrupts([s["interrupt"] for s in resolved["settings"].values()]),
-        "settings": [{"id": sid, "mechanism": s["mechanism"], "key": s["key"], "value": s["value"],
-                      "reboot": bool(s["reboot"]), "interrupt": s["interrupt"]}
-                     for sid, s in sorted(resolved["settings"].items(),
-                                          key=lambda kv: (MECHANISMS.index(kv[1]["mechanism"]), kv[0]))],
+        "decisions": [dict(d, option=k) for k, d in sorted((resolved.get("decisions") or {}).items())],
+        "settings": settings,
         "skipped": [{"id": s["id"], "reason": s["reason"]} for s in resolved.get("skipped", [])],
+        "initramfs": " ".join(initramfs.get("update_command") or []) if modprobe and
+        initramfs.get("method", "none") != "none" else None,
+        "reapply_every_boot": bool(resolved.get("reapply_every_boot")),
     }
 
 
@@ -234,10 +311,10 @@ def resolve_package_spec(spec, package, nodes, profiles, render, where=None):
         inputs, warnings = _node_inputs(user, node, where)
         key = json.dumps(inputs, sort_keys=True)
         if key not in cache:
-            accelerator, os_name, cloud, options = inputs
+            accelerator, os_name, cloud, options, host = inputs
             try:
                 resolved = resolve_profile(accelerator, user.get("intent") or "performance", os_name, cloud=cloud,
-                                           options=options, profiles=profiles, extra=extra)
+                                           options=options, profiles=profiles, extra=extra, host=host)
             except ValidationError as exc:
                 raise ValidationError("%s%s" % ("node %s: " % node["name"] if node else "", exc.message),
                                       field=where, hint=exc.hint)

@@ -9,9 +9,17 @@ from __future__ import annotations
 import fnmatch
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.decide import decide
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.floors import floor_violation
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import render_plan
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import apply_interrupt
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.layers import kind_of, layer_settings, linearize, pick, removals
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.layers import (
+    kind_of,
+    layer_settings,
+    linearize,
+    pick,
+    removals,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import EXPLICIT_KINDS, OPTION_SPECS
 
 # Kernel parameters that may legitimately appear more than once on a command line.
@@ -31,13 +39,17 @@ def normalize_options(options):
         value = options.get(key, spec["default"])
         if value is None:
             value = spec["default"]
-        if spec.get("type") is bool:
+        if spec.get("type") in (bool, "auto_bool"):
             if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
                 value = value.lower() in ("true", "yes", "on", "1")
-            if not isinstance(value, bool):
-                raise ValidationError("option %s must be true or false, got %r" % (key, value),
+            auto = spec["type"] == "auto_bool" and value == "auto"
+            if not isinstance(value, bool) and not auto:
+                raise ValidationError("option %s must be true or false%s, got %r"
+                                      % (key, " or auto" if spec["type"] == "auto_bool" else "", value),
                                       field="options." + key)
-        elif value not in spec["choices"]:
+        elif isinstance(value, bool) and "on" in spec["choices"]:
+            value = "on" if value else "off"  # YAML reads on/off as booleans
+        if "choices" in spec and value not in spec["choices"]:
             raise ValidationError("option %s must be one of %s, got %r"
                                   % (key, ", ".join(spec["choices"]), value), field="options." + key)
         out[key] = value
@@ -65,25 +77,29 @@ def _context(accel_layer, accelerator, intent, os_name, cloud, platforms, option
     return {
         "accelerator": accelerator, "family": meta.get("family"), "arch": meta.get("arch"),
         "platform": platforms, "intent": intent, "os": os_name, "cloud": cloud,
-        "form_factor": form_factor, "driver_source": options["driver_source"],
-        "page_size": options["page_size"],
+        "form_factor": form_factor, "page_size": options["page_size"],
     }
 
 
-def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profiles, extra=None):
+def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profiles, extra=None, host=None):
     """Merge the layers for one node and return the settings it should have.
 
     ``profiles`` maps layer names (``base``, ``accelerators/h100``, ``intents/inference``,
     ``os/cos``, ``clouds/gke``, ``options/acs-override`` ...) to layer dicts.
-    ``options`` are validated against ``OPTION_SPECS``; ``extra`` is a caller's layer
-    (``settings`` and ``remove``) applied last. Raises ``ValidationError`` for unknown
-    names (listing the valid ones), for an explicit request the platform refuses (a
-    kernel command line on COS), and for malformed data.
+    ``options`` are validated against ``OPTION_SPECS`` and their ``auto`` values decided
+    for the node (``decide.py``) from ``host``, what is known about it (driver source,
+    peer-memory provider, GDRCopy, memory, current sysctl values); ``extra`` is a
+    caller's layer (``settings`` and ``remove``) applied last. Raises
+    ``ValidationError`` for unknown names (listing the valid ones), for an explicit
+    request the platform refuses (a kernel command line on COS, a sysctl below the
+    node's value without ``force``), and for malformed data.
 
-    Returns a dict with the inputs, ``layers`` (in merge order), ``settings`` (id ->
-    setting with ``mechanism``, ``key``, ``value``, ``reboot``, ``interrupt``,
-    ``layer``, ``why``), ``skipped`` and ``removed`` (each with the reason),
-    ``bootloader``, ``reapply_every_boot``, ``reboot`` and ``files`` (what to render).
+    Returns a dict with the inputs, ``options`` (decided) and ``decisions`` (with the
+    reasons), ``layers`` (in merge order), ``settings`` (id -> setting with
+    ``mechanism``, ``key``, ``value``, ``reboot``, ``interrupt``, ``layer``, ``why``; a
+    limit sysctl also ``current`` and ``current_source``), ``skipped`` and ``removed``
+    (each with the reason), ``bootloader``, ``initramfs``, ``reapply_every_boot``,
+    ``reboot`` and ``files`` (what to render).
     """
     if not isinstance(profiles, dict) or not profiles:
         raise ValidationError("no tuning profiles were loaded", field="profiles",
@@ -107,6 +123,8 @@ def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profil
         linearize(profiles, name, chain)
 
     os_meta = profiles[os_name].get("meta") or {}
+    context["multi_node"] = "intents/multiNodeTraining" in chain
+    context["serving"] = "intents/inference" in chain
     required_cloud = os_meta.get("requires_cloud")
     if required_cloud and cloud != required_cloud:
         if cloud is None:
@@ -118,6 +136,8 @@ def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profil
             raise ValidationError("%s runs only on %s, not %s" % (os, required_cloud, cloud),
                                   field="cloud")
 
+    opts, decisions = decide(opts, context, host)
+    context["driver_source"] = opts["driver_source"]
     option_layers = []
     for name in sorted(profiles):
         if kind_of(name) != "option":
@@ -178,19 +198,40 @@ def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profil
                             "value": setting["value"]})
             del merged[sid]
 
+    # The floor rule, for every profile: a limit is never written below the node's value.
+    distro = os_meta.get("sysctl_defaults") or {}
+    for sid in list(merged):
+        setting = merged[sid]
+        base, reason = floor_violation(setting, host, distro)
+        if base:
+            setting.update(current=base["value"], current_source=base["source"])
+        if reason is None or setting.get("force"):
+            continue
+        if kind_of(setting["layer"]) in EXPLICIT_KINDS:
+            raise ValidationError("%s (asked for by %s) %s" % (sid, setting["layer"], reason), field=setting["layer"],
+                                  hint="leave it out, or add force: true to the setting to lower it on purpose")
+        skipped.append({"id": sid, "layer": setting["layer"], "by": "floor", "reason": reason,
+                        "value": setting["value"]})
+        del merged[sid]
+
     _check_cmdline_conflicts(merged)
+    reapply = any((layer.get("meta") or {}).get("reapply_every_boot") for _, layer in layers)
     for setting in merged.values():
+        if reapply and setting["mechanism"] == "sysctl":
+            # Written and applied by the step itself (sysctl -p), after every boot too:
+            # nothing to restart, nothing to drain for.
+            setting["applied_on_write"] = True
         setting["interrupt"] = apply_interrupt(setting)
 
     bootloader = dict(os_meta.get("bootloader") or {"method": "none"})
-    reapply = any((layer.get("meta") or {}).get("reapply_every_boot") for _, layer in layers)
+    initramfs = dict(os_meta.get("initramfs") or {"method": "none"})
     resolved = {
         "accelerator": accelerator, "family": context["family"], "arch": context["arch"],
         "form_factor": context["form_factor"], "platforms": platforms,
-        "intent": intent, "os": os, "cloud": cloud, "options": opts,
+        "intent": intent, "os": os, "cloud": cloud, "options": opts, "decisions": decisions,
         "layers": [n for n, _ in layers],
         "settings": merged, "skipped": skipped, "removed": removed,
-        "bootloader": bootloader, "reapply_every_boot": bool(reapply),
+        "bootloader": bootloader, "initramfs": initramfs, "reapply_every_boot": bool(reapply),
         "reboot": any(s["reboot"] for s in merged.values()),
         "name": "%s/%s on %s%s" % (accelerator, intent, os, " (%s)" % cloud if cloud else ""),
     }

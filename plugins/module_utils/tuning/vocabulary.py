@@ -16,18 +16,38 @@ LAYER_KINDS = {
 }
 EXPLICIT_KINDS = ("option", "extra")
 
+# Options. "auto" ones are decided per node from what is known about it (tuning/decide.py).
 OPTION_SPECS = {
-    "acs_override": {"type": bool, "default": False,
-                     "help": "turn PCIe ACS redirection off (x86-64 HGX only; weakens isolation)"},
-    "driver_source": {"choices": ("host", "gpu-operator"), "default": "host",
-                      "help": "who loads the NVIDIA driver"},
+    "acs_override": {"type": "auto_bool", "default": "auto",
+                     "help": "turn PCIe ACS redirection off; auto: on bare-metal x86-64 HGX nodes with a "
+                             "multi-node intent (weakens isolation between PCIe devices)"},
+    "driver_source": {"choices": ("auto", "host", "gpu-operator"), "default": "auto",
+                      "help": "who loads the NVIDIA driver; auto: gpu-operator where its driver DaemonSet runs "
+                              "on the node, else host"},
+    "gpudirect": {"choices": ("auto", "peermem", "dmabuf"), "default": "auto",
+                  "help": "GPUDirect RDMA for multi-node intents; auto: nvidia_peermem where the host has a "
+                          "peer-memory provider (MLNX_OFED/DOCA-OFED), else DMA-BUF"},
     "page_size": {"choices": ("4k", "64k"), "default": "4k",
                   "help": "kernel page size (arm64 64K kernels have no 1G huge pages)"},
     "form_factor": {"choices": ("auto", "sxm", "pcie"), "default": "auto",
                     "help": "GPU board form factor; auto takes it from the accelerator"},
     "power_profile": {"type": bool, "default": True,
                       "help": "request the intent's Blackwell workload power profile"},
+    "inference_hugepages": {"type": bool, "default": False,
+                            "help": "reserve huge pages at boot for the inference intents"},
+    "cdmm": {"choices": ("auto", "on", "off"), "default": "auto",
+             "help": "coherent driver-based memory management on Grace; auto: on for GB200/GB300, off for GH200"},
+    "gdrcopy": {"choices": ("auto", "on", "off"), "default": "auto",
+                "help": "load GDRCopy's gdrdrv; auto: where CDMM is on and the host has GDRCopy installed"},
+    "ibgda": {"type": bool, "default": False,
+              "help": "NVIDIA driver options for InfiniBand GPUDirect Async (DeepEP, NVSHMEM)"},
+    "relaxed_ordering": {"type": bool, "default": False,
+                         "help": "PCIe relaxed ordering on the GPUs' writes (measure before rolling out)"},
 }
+
+# NVreg_RegistryDwords is one parameter holding "KEY=VALUE;" pairs; layers set one key
+# each (NVreg_RegistryDwords.PeerMappingOverride) and the modprobe file merges them.
+REGISTRY_DWORDS = "NVreg_RegistryDwords"
 
 GPU_KEYS = ("persistence", "fabricmanager", "workload_power_profile")
 # What the power-profile unit runs ({profile_id}: NVML's number, {profile}: its name);
