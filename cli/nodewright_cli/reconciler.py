@@ -27,6 +27,11 @@ run the rollout when there is new or changed work.
   nodes run again (``playbooks/drift.yml`` of this package); drifted nodes get the
   ``nodewright.io/Drift`` condition, an Event and a metric, and with
   ``drift_reapply`` the drifted packages are marked for the next rollout.
+* A new boot: where a package's settings do not survive a reboot (NVIDIA tuning on
+  Container-Optimized OS, whose ``/etc`` is wiped at boot), a node whose boot ID is no
+  longer the one its resource's status recorded (``nodeBootIds``) gets the drift check
+  at once, with reapply, and the same pass applies the package again (it needs no
+  interrupt there, so the node is not drained).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_sta
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import parse_label_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package import reapplies_every_boot
 
 LOG = logging.getLogger("nodewright.reconcile")
 
@@ -141,6 +147,33 @@ def work_fingerprint(view, work):
     return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items()))
 
 
+def boot_id(node):
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
+
+
+def rebooted_since_applied(view, nodes):
+    """``{node: [resource]}``: nodes that booted again since their resource's status
+    recorded them (``status.nodeBootIds``), for resources with a package whose OS
+    forgets its settings at every boot, where the node is complete (its record says
+    the settings are there, the host no longer has them)."""
+    by_name = {_name(n): n for n in nodes}
+    out = {}
+    for resource, described in view["rollouts"]:
+        if described["paused"] or described["disabled"]:
+            continue
+        if not any(reapplies_every_boot(spec) for spec in described.get("packages") or ()):
+            continue
+        recorded = (resource.get("status") or {}).get("nodeBootIds") or {}
+        for name in described["targets"]:
+            node = by_name.get(name)
+            before, now = recorded.get(name), boot_id(node or {})
+            if not node or not before or not now or before == now:
+                continue
+            if node_ops.read_state(node, described["name"]).get("status") == markers.STATUS_COMPLETE:
+                out.setdefault(name, []).append(described["name"])
+    return out
+
+
 def rollout_limit(malformed):
     """An ansible --limit that keeps nodes with a malformed state out of the run."""
     if not malformed:
@@ -177,6 +210,7 @@ class Reconciler(object):
         self.metrics_text = ""
         self.passes = 0
         self.next_drift = time.monotonic() + options.drift_interval if options.drift_interval > 0 else None
+        self.boot_checked = {}
 
     # --------------------------------------------------------------------- signals
     def request_stop(self, signum=None, frame=None):
@@ -367,6 +401,11 @@ class Reconciler(object):
         nodes = list(self.caches["nodes"].values())
         managed = self.managed()
         view = status.fleet_view(managed, nodes, self.caches["deploymentpolicies"], self.package_dirs)
+        if self._reapply_after_boot(view, nodes):
+            self._refresh_caches()
+            nodes = list(self.caches["nodes"].values())
+            managed = self.managed()
+            view = status.fleet_view(managed, nodes, self.caches["deploymentpolicies"], self.package_dirs)
         self._surface_resources(view, nodes)
         self._surface_malformed(view["malformed"], nodes)
         work = work_of(view)
@@ -548,14 +587,39 @@ class Reconciler(object):
         self.reported.pop("retry", None)
         self._dirty("the rollout finished")
 
+    # --------------------------------------------------------------------- a new boot
+    def _reapply_after_boot(self, view, nodes):
+        """Nodes that lost their settings with a reboot (``rebooted_since_applied``) get
+        the drift check with reapply; True when some package was marked. Each boot of a
+        node is checked once."""
+        if self.worker is not None and self.worker.is_alive():
+            return False
+        due = {}
+        for name, resources in rebooted_since_applied(view, nodes).items():
+            boot = boot_id(next(n for n in nodes if _name(n) == name))
+            if self.boot_checked.get(name) != boot:
+                self.boot_checked[name] = boot
+                due[name] = resources
+        if not due:
+            return False
+        LOG.info("booted again since their settings were applied (the OS forgets them at boot): %s",
+                 ", ".join("%s (%s)" % (n, ", ".join(r)) for n, r in sorted(due.items())))
+        found = self.drift_check(targets=due, reapply=True)
+        return any(items for per_resource in found.values() for items in per_resource.values())
+
     # --------------------------------------------------------------------- drift
-    def drift_check(self):
-        """Run the check stages on completed nodes; record Drift conditions, Events and
-        metrics; with ``drift_reapply`` mark drifted packages for the next rollout."""
+    def drift_check(self, targets=None, reapply=None):
+        """Run the check stages on completed nodes (or ``targets``, ``{node:
+        [resource]}``); record Drift conditions, Events and metrics; with ``reapply``
+        (default: ``drift_reapply``) mark drifted packages for the next rollout."""
+        reapply = self.opts.drift_reapply if reapply is None else reapply
         nodes = list(self.caches["nodes"].values())
         by_name = {_name(n): n for n in nodes}
-        targets = {n: r for n, r in drift.check_targets(nodes, self.managed()).items()
-                   if not gating.has_taint(by_name[n], self.opts.taint_key)
+        full = targets is None
+        if full:
+            targets = drift.check_targets(nodes, self.managed())
+        targets = {n: r for n, r in targets.items() if n in by_name
+                   and not gating.has_taint(by_name[n], self.opts.taint_key)
                    and node_ops.cordon_state(by_name[n]) == "uncordoned"}
         if not targets:
             LOG.debug("drift check: no completed node to check")
@@ -564,7 +628,7 @@ class Reconciler(object):
         try:
             result = self.run_playbook(collection.own_playbook("drift.yml"), "drift", self.inventory, self.workdir,
                                        extravars={"nodewright_drift_targets": targets,
-                                                  "nodewright_drift_reapply": bool(self.opts.drift_reapply)},
+                                                  "nodewright_drift_reapply": bool(reapply)},
                                        limit=",".join(sorted(targets)), cancel=self._cancel_run,
                                        keep_events=runner.is_drift_result)
         except Exception as exc:  # noqa: BLE001
@@ -585,11 +649,12 @@ class Reconciler(object):
             for resource, items in per_resource.items():
                 if items:
                     counts[resource] = counts.get(resource, 0) + 1
-            self._record_drift(node, per_resource)
-        self.drift_counts = counts
+            self._record_drift(node, per_resource, reapply)
+        if full:
+            self.drift_counts = counts
         return found
 
-    def _record_drift(self, node, per_resource):
+    def _record_drift(self, node, per_resource, reapply=False):
         name = _name(node)
         cond = drift.condition(per_resource)
         if cond["status"] == "False" and not drift.is_drifting(node):
@@ -604,7 +669,7 @@ class Reconciler(object):
                 else:
                     self.cluster.event(name, markers.EVENT_DRIFT, "drift resolved: " + cond["message"])
                     LOG.info("node %s: drift resolved", name)
-            if self.opts.drift_reapply and cond["status"] == "True":
+            if reapply and cond["status"] == "True":
                 for resource, items in sorted(per_resource.items()):
                     if not items:
                         continue

@@ -45,6 +45,17 @@ PROFILES = {
     "bare": {"nodes": 4, "pools": {"h100": 2, "gb200": 2}, "workloads": "none"},
 }
 
+# Pools whose hosts have InfiniBand and MLNX_OFED (a peer-memory provider for
+# nvidia_peermem); the others network over Ethernet with the inbox drivers.
+INFINIBAND = ("h100", "h200", "b200", "b300", "gb200", "gb300")
+
+# The GPU Operator schedules its driver DaemonSet on nodes with this label.
+GPU_OPERATOR_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+
+# Node images: what the Node reports as status.nodeInfo.osImage, and the host root's OS.
+OS_IMAGES = {"ubuntu": "Ubuntu 24.04.1 LTS", "cos": "Container-Optimized OS from Google"}
+
 ZONES = ("zone-a", "zone-b", "zone-c")
 NON_INTERRUPTIBLE_LABEL = ("app.kubernetes.io/component", "training")
 
@@ -70,6 +81,12 @@ def memory_mib(quantity):
         if quantity.endswith(suffix):
             return int(float(quantity[:-len(suffix)]) * factor)
     return int(quantity) // (1 << 20)
+
+
+def memory_kib(quantity):
+    """KiB in a memory quantity such as ``960Gi`` or ``2Ti``."""
+    units = {"Ki": 1, "Mi": 1024, "Gi": 1024 ** 2, "Ti": 1024 ** 3}
+    return int(quantity[:-2]) * units[quantity[-2:]]
 
 
 def api_client(kubeconfig):
@@ -141,7 +158,15 @@ class Fleet(object):
         names = [n.metadata.name for n in self.core.list_node(label_selector="nodepool=%s" % pool).items]
         return {int(n[len(prefix):]) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()}
 
-    def add_nodes(self, pool, count, taints=(), host_roots=True, managed=True, workers=8):
+    def add_nodes(self, pool, count, taints=(), host_roots=True, managed=True, workers=8, infiniband=None,
+                  gpu_operator_driver=False, os_id="ubuntu"):
+        """``infiniband``: hosts with InfiniBand and MLNX_OFED (default: the pool's,
+        ``INFINIBAND``). ``gpu_operator_driver``: the GPU Operator's driver DaemonSet runs
+        on these nodes (its label on them, the DaemonSet in its namespace). ``os_id``:
+        ``ubuntu``, or ``cos`` for GKE nodes on Container-Optimized OS (a GKE node pool
+        label, /etc wiped at every boot)."""
+        if os_id not in OS_IMAGES:
+            raise SimulatorError("unknown node OS %r; known: %s" % (os_id, ", ".join(sorted(OS_IMAGES))))
         if pool not in GPUS:
             raise SimulatorError("unknown pool %r; known pools: %s" % (pool, ", ".join(sorted(GPUS))))
         if host_roots and self.base is None:
@@ -165,17 +190,42 @@ class Fleet(object):
                     "name": name, "arch": g["arch"], "gpu_name": g["smi"],
                     "compute_cap": "%s.%s" % (g["major"], g["minor"]), "gpu_count": g["count"],
                     "gpu_memory_mib": g["memory"], "memory_mib": memory_mib(g["mem"]),
-                    "nvswitch_count": g.get("nvswitches", 0)})
+                    "nvswitch_count": g.get("nvswitches", 0),
+                    "memory_kib": memory_kib(g["mem"]), "os_id": os_id,
+                    "mofed": (pool in INFINIBAND if infiniband is None else infiniband) and os_id != "cos"})
             else:
                 boot_id = str(uuid.uuid4())
             body = node_manifest(name, pool, index, boot_id, version, root, managed)
+            if gpu_operator_driver:
+                body["metadata"]["labels"][GPU_OPERATOR_DRIVER_LABEL] = "true"
+            if os_id == "cos":
+                body["status"]["nodeInfo"]["osImage"] = OS_IMAGES["cos"]
+                body["metadata"]["labels"]["cloud.google.com/gke-nodepool"] = pool
+                body["metadata"]["labels"]["cloud.google.com/gke-os-distribution"] = "cos"
             if taints:
                 body["spec"]["taints"] = [dict(t) for t in taints]
             self.core.create_node(body)
             return name
 
+        if gpu_operator_driver:
+            self.ensure_gpu_operator_driver()
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool_exec:
             return list(pool_exec.map(make, indices))
+
+    def ensure_gpu_operator_driver(self):
+        """The GPU Operator's driver DaemonSet (nvidia-driver-daemonset in gpu-operator),
+        on every node labelled nvidia.com/gpu.deploy.driver=true, as the operator runs it."""
+        self._ensure_namespace(GPU_OPERATOR_NAMESPACE)
+        labels = {"app": "nvidia-driver-daemonset", "app.kubernetes.io/component": "nvidia-driver"}
+        template = self._pod_template(labels, {GPU_OPERATOR_DRIVER_LABEL: "true"}, tolerate_all=True)
+        ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+              "metadata": {"name": "nvidia-driver-daemonset", "namespace": GPU_OPERATOR_NAMESPACE},
+              "spec": {"selector": {"matchLabels": labels}, "template": template}}
+        try:
+            self.apps.create_namespaced_daemon_set(GPU_OPERATOR_NAMESPACE, ds)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
     # --- workloads -----------------------------------------------------------
     def _ensure_namespace(self, name):

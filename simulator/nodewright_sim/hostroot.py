@@ -10,6 +10,7 @@ then starts the units default.target pulls in.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -270,6 +271,8 @@ def create(root, base, node):
         "NVSWITCH_COUNT": str(node.get("nvswitch_count", 0)),
         "DRIVER_VERSION": node.get("driver_version", "580.95.05"), "OS_ID": node.get("os_id", "ubuntu"),
     }
+    if node.get("memory_kib"):
+        env["MEMORY_KIB"] = str(int(node["memory_kib"]))
     with open(os.path.join(root, NODE_ENV), "w") as fh:
         for k, v in env.items():
             fh.write("%s=%s\n" % (k, shlex.quote(v)))
@@ -279,6 +282,9 @@ def create(root, base, node):
         fh.write(os_release.get(env["OS_ID"], os_release["ubuntu"]))
     with open(os.path.join(root, "etc/default/grub"), "w") as fh:
         fh.write('GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')
+    distro_files(root, env["OS_ID"])
+    if node.get("mofed"):
+        install_mofed(root)
     for unit in ENABLED_UNITS:  # enabled on a Kubernetes node
         link = os.path.join(root, "etc/systemd/system/multi-user.target.wants", unit)
         if not os.path.lexists(link):
@@ -304,6 +310,8 @@ def create(root, base, node):
         fh.write("\n".join(etc_snapshot) + "\n")
     with open(os.path.join(root, SIM_DIR, "kernel"), "w") as fh:
         fh.write(DEFAULT_KERNEL + "\n")
+    if env["OS_ID"] != "cos":
+        build_initramfs(root, DEFAULT_KERNEL, ["nvidia", "nvidia_uvm", "nvidia_modeset"] if node.get("gpu_count") else [])
     return boot(root)
 
 
@@ -395,6 +403,7 @@ def boot(root):
     with open(os.path.join(root, SIM_DIR, "kernel"), "w") as fh:
         fh.write(kernel + "\n")
     values = dict(sysctl_defaults())
+    values.update(memory_sysctl_defaults(env.get("MEMORY_KIB")))
     values["kernel.osrelease"] = kernel
     values["kernel.hostname"] = env.get("NODE_NAME", "node")
     boot_id = str(uuid.uuid4())
@@ -424,6 +433,7 @@ def boot(root):
             parts = line.split("#")[0].split()
             if len(parts) >= 3 and parts[0] == "options":
                 options.setdefault(parts[1].replace("-", "_"), []).extend(parts[2:])
+    options.update(initramfs_options(root, kernel))
     for m in modules:
         pdir = os.path.join(root, "sys/module", m, "parameters")
         os.makedirs(pdir, exist_ok=True)
@@ -468,6 +478,73 @@ def boot(root):
         raise HostRootError("the simulated init of %s failed (exit %d): %s" % (
             root, init.returncode, (init.stderr or init.stdout).strip()[-500:]))
     return boot_id
+
+
+# --- kernel defaults that depend on the node, distribution files, the initramfs ------
+
+def memory_sysctl_defaults(memory_kib):
+    """What the kernel computes at boot from the node's memory (KiB): the min_free_kbytes
+    reserve (sqrt(lowmem * 16), at most 256 MiB), inotify watches (1% of memory, at most
+    1048576) and threads-max."""
+    try:
+        kib = int(memory_kib or 0)
+    except ValueError:
+        kib = 0
+    if kib <= 0:
+        return {}
+    watch_cost = 1080  # an inotify mark and two inodes, 64-bit 6.8 kernel
+    return {
+        "vm.min_free_kbytes": str(max(128, min(math.isqrt(kib * 16), 262144))),
+        "fs.inotify.max_user_watches": str(max(8192, min(kib * 1024 // 100 // watch_cost, 1048576))),
+        "kernel.threads-max": str(max(20, min(kib * 1024 // (8 * 16384), 0x3fffffff))),
+    }
+
+
+def distro_files(root, os_id):
+    """Files the distribution ships that change kernel defaults: Ubuntu 24.04 raises the
+    map count in /etc/sysctl.d/10-map-count.conf."""
+    if os_id == "ubuntu":
+        with open(os.path.join(root, "etc/sysctl.d/10-map-count.conf"), "w") as fh:
+            fh.write("# Increase the number of memory map areas a process may have\nvm.max_map_count = 1048576\n")
+
+
+def install_mofed(root):
+    """MLNX_OFED on the host (a pool with InfiniBand): its ofed_info says so."""
+    path = os.path.join(root, "bin/ofed_info")  # /usr/bin is a link to /bin here
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write('#!/bin/sh\ncase "$1" in -s) echo "MLNX_OFED_LINUX-24.10-1.1.4.0:" ;; '
+                 '*) echo "MLNX_OFED_LINUX-24.10-1.1.4.0 (OFED-24.10-1.1.4):" ;; esac\n')
+    os.chmod(path, 0o755)
+
+
+def build_initramfs(root, kernel, modules):
+    """The node's first initramfs (the image update-initramfs and dracut rebuild, see
+    standins/_initramfs.sh): ``modules`` load from it, with no options yet."""
+    with open(os.path.join(root, SIM_DIR, "initramfs-modules"), "w") as fh:
+        fh.write(" ".join(modules) + "\n")
+    with open(os.path.join(root, "boot", "initrd.img-%s" % kernel), "w") as fh:
+        fh.write("# nodewright-sim initramfs for %s, built by the image\n" % kernel)
+        for m in modules:
+            fh.write("module %s\n" % m)
+
+
+def initramfs_options(root, kernel):
+    """``{module: [options]}`` for the modules the initramfs of ``kernel`` carries: what
+    they load with at boot, whatever /etc/modprobe.d says now."""
+    for name in ("initrd.img-%s" % kernel, "initramfs-%s.img" % kernel):
+        text = _read(os.path.join(root, "boot", name), None)
+        if text is None:
+            continue
+        options = {}
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "module":
+                options.setdefault(parts[1], [])
+            elif len(parts) >= 3 and parts[0] == "options" and parts[1] in options:
+                options[parts[1]].extend(parts[2:])
+        return options
+    return {}
 
 
 def reboot_requested(root):

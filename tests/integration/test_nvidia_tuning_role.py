@@ -4,9 +4,10 @@
 """The nodewright.fleet.nvidia_tuning role, run by ansible-playbook against a
 temporary host root (connection: local, no cluster).
 
-Most read-back checks get their observations from ``nvidia_tuning_observed`` instead
-of a host, so they need no shell inside the host root; the last test runs the role's
-commands in a chroot of a simulator host root and reads every setting back from it.
+Most read-back checks get their observations from ``nvidia_tuning_observed`` and the
+host's facts from ``nvidia_tuning_host_facts`` instead of a host, so they need no shell
+inside the host root; the last test runs the role's commands in a chroot of a simulator
+host root and reads every setting back from it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,18 @@ import pytest
 import yaml
 
 from ansible_collections.nodewright.fleet.plugins.filter.tuning import load_profiles
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import CMDLINE_PROBE
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import cmdline_tokens
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
+    GRUB_FILE,
+    MODPROBE_FILE,
+    MODULES_FILE,
+    STATE_FILE,
+    SYSCTL_FILE,
+    WANTS_FILE,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +66,7 @@ class HostRoot(object):
         return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if not p.is_dir())
 
     def state(self):
-        return json.loads(self.path(t.STATE_FILE).read_text())
+        return json.loads(self.path(STATE_FILE).read_text())
 
     def run(self, role_vars, tasks_from="main", check_mode=False):
         """Run the role; return (rc, output, facts) where facts holds the role's results."""
@@ -65,6 +77,9 @@ class HostRoot(object):
             "vars": dict({"ansible_python_interpreter": sys.executable,
                           "nvidia_tuning_host_root": str(self.root),
                           "nvidia_tuning_update_bootloader": False,
+                          "nvidia_tuning_update_initramfs": False,
+                          "nvidia_tuning_apply_sysctls": False,
+                          "nvidia_tuning_read_host": False,
                           "nvidia_tuning_reload_systemd": False}, **role_vars),
             "tasks": [
                 {"name": "Run the role", "ansible.builtin.include_role": {
@@ -103,7 +118,7 @@ def observed_ok(profile):
             observed[sid] = "Enabled" if setting["key"] == "persistence" else "active"
         elif setting["mechanism"] != "cmdline":
             observed[sid] = setting["value"]
-    observed[t.CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro " + " ".join(t.cmdline_tokens(profile))
+    observed[CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro " + " ".join(cmdline_tokens(profile))
     return observed
 
 
@@ -113,24 +128,25 @@ def ubuntu(tmp_path):
 
 
 def test_apply_rerun_check_and_converge(ubuntu):
-    role_vars = {"nvidia_tuning_node_labels": GB200_LABELS, "nvidia_tuning_intent": "inference"}
+    role_vars = {"nvidia_tuning_node_labels": GB200_LABELS, "nvidia_tuning_intent": "inference",
+                 "nvidia_tuning_options": {"inference_hugepages": True}}
     rc, output, facts = ubuntu.run(role_vars)
     assert rc == 0, output
     assert facts["interrupt"] == {"type": "reboot", "services": []}
     assert facts["profile"]["name"] == "gb200/inference on ubuntu-24.04"
     assert ubuntu.files() == sorted([
-        "etc/os-release", t.STATE_FILE, t.SYSCTL_FILE, t.GRUB_FILE, t.MODPROBE_FILE, t.MODULES_FILE,
-        t.WANTS_FILE, "etc/systemd/system/containerd.service.d/90-nodewright-nvidia.conf",
+        "etc/os-release", STATE_FILE, SYSCTL_FILE, GRUB_FILE, MODPROBE_FILE, MODULES_FILE,
+        WANTS_FILE, "etc/systemd/system/containerd.service.d/90-nodewright-nvidia.conf",
         "etc/systemd/system/nodewright-cpu-governor.service",
         "etc/systemd/system/nodewright-gpu-power-profile.service"])
-    grub = ubuntu.path(t.GRUB_FILE).read_text()
+    grub = ubuntu.path(GRUB_FILE).read_text()
     assert ('GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }init_on_alloc=0 '
-            'console=tty0 console=ttyS0,115200n8 iommu.passthrough=1 numa_balancing=disable earlycon '
-            'hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2"') in grub
-    sysctl = ubuntu.path(t.SYSCTL_FILE).read_text()
+            'console=tty0 console=ttyS0,115200n8 iommu.passthrough=1 numa_balancing=disable '
+            'acpi_power_meter.force_cap_on=y earlycon hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2"') in grub
+    sysctl = ubuntu.path(SYSCTL_FILE).read_text()
     assert "\nvm.swappiness = 1\n" in sysctl and "kernel.sched" not in sysctl
     assert ("options nvidia NVreg_CoherentGPUMemoryMode=driver NVreg_GrdmaPciTopoCheckOverride=1"
-            in ubuntu.path(t.MODPROBE_FILE).read_text())
+            in ubuntu.path(MODPROBE_FILE).read_text())
     dropin = ubuntu.path("etc/systemd/system/containerd.service.d/90-nodewright-nvidia.conf").read_text()
     assert "[Service]\n" in dropin and "\nLimitSTACK=67108864\n" in dropin
     assert "--profile-id 6" in ubuntu.path("etc/systemd/system/nodewright-gpu-power-profile.service").read_text()
@@ -147,20 +163,22 @@ def test_apply_rerun_check_and_converge(ubuntu):
                                    tasks_from="check")
     assert rc == 0, output
     assert facts["check"]["ok"] and facts["check"]["failed"] == []
-    assert ubuntu.state()["pending_interrupt"] == t.NOOP
+    assert ubuntu.state()["pending_interrupt"] == NOOP
 
     rc, output, facts = ubuntu.run(role_vars)
     assert rc == 0, output
     assert changed(output) == 0, output
-    assert facts["interrupt"] == t.NOOP
+    assert facts["interrupt"] == NOOP
 
 
 def test_check_names_each_setting_that_did_not_take_effect(ubuntu):
-    profile = t.resolve_profile("h100", "inference", "ubuntu-24.04", profiles=PROFILES)
+    profile = resolve_profile("h100", "inference", "ubuntu-24.04", options={"inference_hugepages": True},
+                              profiles=PROFILES)
     observed = observed_ok(profile)
     observed["sysctl:vm.swappiness"] = "60"
-    observed[t.CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro"
+    observed[CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro"
     rc, output, facts = ubuntu.run({"nvidia_tuning_accelerator": "h100", "nvidia_tuning_intent": "inference",
+                                    "nvidia_tuning_options": {"inference_hugepages": True},
                                     "nvidia_tuning_observed": observed}, tasks_from="check")
     assert rc != 0
     assert "sysctl:vm.swappiness: expected 1, observed 60 (from intents/inference)" in output
@@ -170,6 +188,7 @@ def test_check_names_each_setting_that_did_not_take_effect(ubuntu):
     # Before a deferred reboot only the live settings count.
     observed["sysctl:vm.swappiness"] = "1"
     rc, output, facts = ubuntu.run({"nvidia_tuning_accelerator": "h100", "nvidia_tuning_intent": "inference",
+                                    "nvidia_tuning_options": {"inference_hugepages": True},
                                     "nvidia_tuning_observed": observed, "nvidia_tuning_check_phase": "live"},
                                    tasks_from="check")
     assert rc == 0, output
@@ -191,18 +210,18 @@ def test_cos_tunes_sysctls_only_and_never_reboots(tmp_path):
     assert rc == 0, output
     assert facts["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
     assert facts["profile"]["cloud"] == "gke" and facts["profile"]["reapply_every_boot"]
-    assert cos.files() == sorted(["etc/os-release", t.SYSCTL_FILE, t.STATE_FILE])
-    sysctl = cos.path(t.SYSCTL_FILE).read_text()
+    assert cos.files() == sorted(["etc/os-release", SYSCTL_FILE, STATE_FILE])
+    sysctl = cos.path(SYSCTL_FILE).read_text()
     assert "net.core.rmem_max = 536870912" in sysctl and "tcp_congestion_control" not in sysctl
 
     rc, output, facts = cos.run(dict(role_vars, nvidia_tuning_intent="inference"))
     assert rc == 0, output
     assert facts["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
     assert "sysctl:net.core.rmem_max" in [item["id"] for item in facts["diff"]["lingering"]]
-    assert "vm.swappiness = 1" in cos.path(t.SYSCTL_FILE).read_text()
+    assert "vm.swappiness = 1" in cos.path(SYSCTL_FILE).read_text()
 
     # /etc is wiped at reboot: the next run applies everything again, still without a reboot.
-    for rel in (t.SYSCTL_FILE, t.STATE_FILE):
+    for rel in (SYSCTL_FILE, STATE_FILE):
         cos.path(rel).unlink()
     rc, output, facts = cos.run(dict(role_vars, nvidia_tuning_intent="inference"))
     assert rc == 0, output
@@ -230,7 +249,7 @@ def test_uninstall_removes_every_file_it_wrote(tmp_path):
     rc, output, facts = host.run(dict(role_vars, nvidia_tuning_state="absent"))
     assert rc == 0, output
     assert changed(output) == 0, output
-    assert facts["interrupt"] == t.NOOP
+    assert facts["interrupt"] == NOOP
 
 
 def test_check_mode_writes_nothing(ubuntu):
@@ -244,13 +263,13 @@ def test_switching_options_removes_files_no_longer_needed(ubuntu):
     role_vars = {"nvidia_tuning_accelerator": "gb200"}
     rc, output, _ = ubuntu.run(role_vars)
     assert rc == 0, output
-    assert ubuntu.path(t.MODPROBE_FILE).exists()
+    assert ubuntu.path(MODPROBE_FILE).exists()
 
     rc, output, facts = ubuntu.run(dict(role_vars, nvidia_tuning_options={"driver_source": "gpu-operator"}))
     assert rc == 0, output
-    assert not ubuntu.path(t.MODPROBE_FILE).exists()
+    assert not ubuntu.path(MODPROBE_FILE).exists()
     assert not ubuntu.path("etc/systemd/system/nodewright-gpu-power-profile.service").exists()
-    assert "Wants=nodewright-cpu-governor.service\n" in ubuntu.path(t.WANTS_FILE).read_text()
+    assert "Wants=nodewright-cpu-governor.service\n" in ubuntu.path(WANTS_FILE).read_text()
     # Removing driver options needs the driver reloaded, i.e. a reboot.
     assert facts["interrupt"]["type"] == "reboot"
     assert "modprobe:nvidia/NVreg_CoherentGPUMemoryMode" in facts["diff"]["removed"]
@@ -272,8 +291,9 @@ def test_detect_apply_and_check_on_a_simulator_host_root(tmp_path, base_image):
     host = HostRoot(tmp_path, "ubuntu-24.04")
     host.root = tmp_path / "gb200"
     hostroot.create(str(host.root), base_image, GB200_HOST)
+    # The host's facts are read in the chroot too (no peer-memory provider on this host: DMA-BUF).
     role_vars = {"nvidia_tuning_intent": "multiNodeTraining", "nvidia_tuning_update_bootloader": True,
-                 "nvidia_tuning_reload_systemd": True}
+                 "nvidia_tuning_reload_systemd": True, "nvidia_tuning_read_host": True}
     rc, output, facts = host.run(role_vars)
     assert rc == 0, output
     assert facts["profile"]["accelerator"] == "gb200" and facts["profile"]["arch"] == "arm64"
@@ -281,18 +301,18 @@ def test_detect_apply_and_check_on_a_simulator_host_root(tmp_path, base_image):
     assert facts["interrupt"]["type"] == "reboot"
 
     rc, output, facts = host.run(role_vars, tasks_from="check")
-    assert rc != 0
+    assert rc != 0, output
     assert "did not take effect" in output and "sysctl:net.core.rmem_max" in output
 
     hostroot.boot(str(host.root))
-    profile = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
+    profile = resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
     rc, output, facts = host.run(role_vars, tasks_from="check")
     assert rc == 0, output
     assert facts["check"]["ok"], facts["check"]["summary"]
     assert len(facts["check"]["verified"]) == len(profile["settings"]) and not facts["check"]["unverified"]
-    assert host.state()["pending_interrupt"] == t.NOOP
+    assert host.state()["pending_interrupt"] == NOOP
 
-    assert hostroot.run(str(host.root), "sysctl -w vm.max_map_count=65530").returncode == 0
+    assert hostroot.run(str(host.root), "sysctl -w fs.inotify.max_user_instances=128").returncode == 0
     rc, output, _ = host.run(role_vars, tasks_from="check")
     assert rc != 0
-    assert "sysctl:vm.max_map_count: expected 262144, observed 65530" in output
+    assert "sysctl:fs.inotify.max_user_instances: expected 65535, observed 128" in output

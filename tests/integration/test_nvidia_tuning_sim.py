@@ -5,11 +5,14 @@
 
 Each node has its own host root where the role's commands really run (chroot): the
 accelerator is detected from the Node's labels read from the API and from the
-nvidia-smi stand-in, update-grub regenerates the boot configuration, and the safe
-sequence reboots the node (the reboot stand-in and the simulator's supervisor: NotReady,
-new bootID, Ready), after which the check reads /proc/cmdline, the driver options,
-sysctls and modules back. A second run changes nothing; a sysctl-only change restarts
-systemd-sysctl and does not reboot.
+nvidia-smi stand-in, the role reads the host before resolving (MLNX_OFED's ofed_info on
+the pools with InfiniBand: nvidia_peermem; elsewhere DMA-BUF; the kernel's defaults for
+the node's memory; Ubuntu's 10-map-count.conf, which is never lowered), update-grub
+regenerates the boot configuration, update-initramfs rebuilds the initramfs the driver
+loads from, and the safe sequence reboots the node (the reboot stand-in and the
+simulator's supervisor: NotReady, new bootID, Ready), after which the check reads
+/proc/cmdline, the driver options, sysctls and modules back. A second run changes
+nothing; a sysctl-only change restarts systemd-sysctl and does not reboot.
 
 The check reads every setting back, as on a real host: ``systemctl show`` reports
 containerd's limits from the drop-in the role wrote, the governor unit runs at boot
@@ -28,12 +31,21 @@ import pytest
 import yaml
 from k8s_helpers import host_result, wait_for
 from nodewright_sim import hostroot
+from nodewright_sim.fleet import INFINIBAND
 
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import (
+    cmdline_tokens,
+    managed_paths,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
+    DEFAULT_POWER_PROFILE_COMMAND,
+    STATE_FILE,
+)
+from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import render_files
 
 pytestmark = pytest.mark.integration
 
-PROFILES = t.load_profiles()
 RES = "nvidia-tuning-sim"
 # One node per family, each with another intent, so every intent is exercised too.
 INTENTS = {"h100": "performance", "h200": "inference", "gh200": "multiNodeTraining", "b200": "multiNodeInference",
@@ -104,7 +116,7 @@ def test_accelerator_detected_from_labels_and_from_nvidia_smi(sim, tmp_path, fam
         assert host_result(proc, node, "From nvidia-smi")["msg"] == pool
         assert "nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader" in read(
             sim, node, "/var/lib/nodewright-sim/actions.log")
-        assert not os.path.exists(os.path.join(sim.host_root(node), t.STATE_FILE))
+        assert not os.path.exists(os.path.join(sim.host_root(node), STATE_FILE))
 
 
 def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
@@ -112,7 +124,8 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
     pools = {node: pool for pool, node in families.items()}
     (tmp_path / "tune.yml").write_text(yaml.safe_dump([
         role(**TUNE_VARS),
-        report("Tuned", "{{ {'interrupt': nvidia_tuning_interrupt, 'changes': nvidia_tuning_diff.changes | length} }}"),
+        report("Tuned", "{{ {'interrupt': nvidia_tuning_interrupt, 'changes': nvidia_tuning_diff.changes | length,"
+                        " 'profile': nvidia_tuning_profile} }}"),
     ], sort_keys=False))
     (tmp_path / "check.yml").write_text(yaml.safe_dump([
         role("check", **TUNE_VARS),
@@ -131,21 +144,37 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
     assert proc.returncode == 0, proc.stdout[-5000:]
     for node in hosts:
         pool, intent = pools[node], INTENTS[pools[node]]
-        resolved = t.resolve_profile(pool, intent, "ubuntu-24.04", profiles=PROFILES)
         tuned = host_result(proc, node, "Tuned")["msg"]
+        # The profile the role resolved with what it read on the host (the peer-memory
+        # provider, the memory, the current limits).
+        resolved = tuned["profile"]
+        assert (resolved["name"], resolved["accelerator"]) == ("%s/%s on ubuntu-24.04" % (pool, intent), pool)
         assert tuned["interrupt"] == {"type": "reboot", "services": []}, node
         assert tuned["changes"] == len(resolved["settings"])
+        multi_node = intent in ("multiNodeTraining", "multiNodeInference")
+        # nvidia_peermem only where the host has MLNX_OFED (pools with InfiniBand), loaded at boot.
+        peermem = multi_node and pool in INFINIBAND
+        assert ("module:nvidia_peermem" in resolved["settings"]) is peermem, node
+        if multi_node:
+            assert resolved["decisions"]["gpudirect"]["value"] == ("peermem" if peermem else "dmabuf")
+        if peermem:
+            assert "nvidia_peermem " in read(sim, node, "/proc/modules")
         # The files the profile asks for, byte for byte.
-        for spec in t.render_files(resolved, t.DEFAULT_POWER_PROFILE_COMMAND):
+        for spec in render_files(resolved, DEFAULT_POWER_PROFILE_COMMAND):
             assert read(sim, node, spec["path"]) == spec["content"], (node, spec["path"])
         # Rebooted: a new boot ID, and the kernel runs with the parameters and driver options.
         assert boot_id(sim, node) != before[node], node
         cmdline = read(sim, node, "/proc/cmdline").split()
-        assert all(token in cmdline for token in t.cmdline_tokens(resolved)), (node, cmdline)
+        assert all(token in cmdline for token in cmdline_tokens(resolved)), (node, cmdline)
+        # Driver options: rebuilt into the initramfs before the reboot, in effect after it.
         for setting in resolved["settings"].values():
             if setting["mechanism"] == "modprobe":
+                assert "%s=%s" % (setting["option"], setting["value"]) in read(
+                    sim, node, "/boot/initrd.img-%s" % hostroot.DEFAULT_KERNEL), (node, setting["id"])
                 assert read(sim, node, "/sys/module/%s/parameters/%s" % (setting["module"], setting["option"])
                             ).strip() == setting["value"], (node, setting["id"])
+        # Ubuntu 24.04's 1048576 map areas are never lowered (the GB trays' 262144).
+        assert read(sim, node, "/proc/sys/vm/max_map_count").strip() == "1048576", node
         checked = host_result(proc, node, "Checked")["msg"]
         assert checked["ok"] and checked["phase"] == "post-interrupt", checked["summary"]
         assert checked["unverified"] == [], checked["unverified"]
@@ -156,14 +185,27 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
         assert hostroot.run(root, "systemctl show containerd -p LimitNOFILE --value").stdout == "1048576\n"
         if "gpu:fabricmanager" in resolved["settings"]:
             assert hostroot.run(root, "systemctl is-active nvidia-fabricmanager").stdout == "active\n"
-        assert json.loads(read(sim, node, t.STATE_FILE))["pending_interrupt"] == t.NOOP
+        assert json.loads(read(sim, node, STATE_FILE))["pending_interrupt"] == NOOP
         assert "init_on_alloc=0" in cmdline
-    grace = [families[p] for p in ("gh200", "gb200", "gb300")]
-    for node in grace:
-        assert read(sim, node, "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode").strip() == "driver"
+    for pool in ("gh200", "gb200", "gb300"):
+        node = families[pool]
         assert "iommu.passthrough=1" in read(sim, node, "/proc/cmdline")
+        assert "acpi_power_meter.force_cap_on=y" in read(sim, node, "/proc/cmdline")
+        assert read(sim, node, "/proc/sys/kernel/watchdog").strip() == "0"
+        # CDMM on Grace Blackwell; GH200 keeps the GPU's NUMA node unless asked.
+        cdmm = "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode"
+        assert (read(sim, node, cdmm).strip() == "driver") if pool != "gh200" else \
+            not os.path.exists(os.path.join(sim.host_root(node), cdmm.lstrip("/")))
+    gb200 = host_result(proc, families["gb200"], "Tuned")["msg"]["profile"]
+    assert "sysctl:vm.max_map_count" in {s["id"] for s in gb200["skipped"]}
     assert "iommu=pt" in read(sim, families["b300"], "/proc/cmdline")
-    assert "hugepagesz=2M hugepages=8192" in read(sim, families["h200"], "/proc/cmdline")
+    # Bare-metal HGX with a multi-node intent: ACS redirection off.
+    assert "pci=disable_acs_redir=pci:0:0" in read(sim, families["b200"], "/proc/cmdline")
+    assert "pci=disable_acs_redir" not in read(sim, families["b300"], "/proc/cmdline")
+    # Inference reserves no huge pages unless asked.
+    assert "hugepages=" not in read(sim, families["h200"], "/proc/cmdline")
+
+    assert "update-initramfs -u -k all" in read(sim, families["gb200"], "/var/lib/nodewright-sim/actions.log")
 
     # A second run changes nothing and asks for nothing.
     again = sim.playbook(tmp_path, {"vars": play_vars, "tasks": [
@@ -171,7 +213,7 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
     assert again.returncode == 0, again.stdout[-3000:]
     for node in hosts:
         assert recap_changed(again, node) == 0, node
-        assert host_result(again, node, "Tuned")["msg"] == t.NOOP
+        assert host_result(again, node, "Tuned")["msg"] == NOOP
 
     # A sysctl-only change restarts systemd-sysctl; the node does not reboot.
     node = families["h100"]
@@ -192,6 +234,6 @@ def test_every_family_is_tuned_rebooted_and_checked(sim, tmp_path, families):
         hosts=[node])
     assert removed.returncode == 0, removed.stdout[-3000:]
     assert host_result(removed, node, "Tuned")["msg"]["type"] == "reboot"
-    for path in t.managed_paths():
+    for path in managed_paths():
         assert not os.path.exists(os.path.join(sim.host_root(node), path)), path
     assert "iommu=pt" not in read(sim, node, "/boot/grub/grub.cfg")

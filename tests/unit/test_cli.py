@@ -314,3 +314,11 @@ def test_report_of_a_run_with_nothing_to_do_says_so():
     failed = report.summarize(_run_report({"localhost": {"outcome": "failed", "failed_task": "Read the desired state",
                                                          "msg": "bad resource"}}), "/tmp/r.json")
     assert failed[1] == "  rollout.yml failed before any node was touched, at 'Read the desired state': bad resource"
+
+
+def test_the_collection_is_found_with_its_playbooks_and_packages():
+    from nodewright_cli import collection
+
+    assert os.path.isfile(os.path.join(collection.FLEET_DIR, "galaxy.yml"))
+    assert os.path.isfile(collection.playbook("rollout.yml"))
+    assert all(os.path.isdir(d) for d in collection.shipped_package_dirs())

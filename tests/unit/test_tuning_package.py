@@ -10,6 +10,7 @@ directly, and the simulated boot stands in for the safe sequence's reboot."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -20,18 +21,61 @@ import yaml
 from nodewright_sim import hostroot
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning as t
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import StepFailed, run_packages
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
+    StepFailed,
+    check_packages,
+    run_packages,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import ACCELERATOR_NAMES
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import (
+    CHECK_RULES,
+    CMDLINE_PROBE,
+    UNAVAILABLE,
+    check_expectations,
+    checks_text,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.detect import os_from_os_image
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import cmdline_tokens
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package import (
+    KEY_CHECKS,
+    KEY_NOOP,
+    KEY_PROFILE,
+    KEY_REBOOT,
+    KEY_SERVICE_PREFIX,
+    PACKAGE_NAME,
+    RESOLVED_PREFIX,
+    file_key,
+    group_key,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
+    DEFAULT_POWER_PROFILE_COMMAND,
+    GRUB_FILE,
+    MODPROBE_FILE,
+    MODULES_FILE,
+    SYSCTL_FILE,
+    WANTS_FILE,
+)
+from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import (
+    PACKAGE_DIR,
+    PROFILES_DIR,
+    ROLE_DIR,
+    VERDICT_SCRIPT,
+    check_settings,
+    load_profiles,
+    package_spec_for_nodes,
+    render_files,
+)
 
 pytestmark = pytest.mark.unit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(REPO, "packages", "nvidia-tuning")
 PACKAGE = load_package(SRC)
-PROFILES = t.load_profiles()
-TUNE = os.path.join(SRC, "steps", "tune.sh")
+PROFILES = load_profiles()
+VERDICT = os.path.join(SRC, "steps", "verdict.sh")
 RESOURCE = "tune"
 NOOP = {"type": "noop", "services": []}
 REBOOT = {"type": "reboot", "services": []}
@@ -54,8 +98,8 @@ def spec_for(node, **config):
     for key in ("options", "extra"):
         if isinstance(config.get(key), dict):
             config[key] = json.dumps(config[key])
-    spec = {"name": t.PACKAGE_NAME, "src": SRC, "config": config}
-    rendered, per_node = t.package_spec_for_nodes(spec, [node] if node else [], package=PACKAGE)
+    spec = {"name": PACKAGE_NAME, "src": SRC, "config": config}
+    rendered, per_node = package_spec_for_nodes(spec, [node] if node else [], package=PACKAGE)
     return rendered, per_node
 
 
@@ -64,52 +108,61 @@ def spec_for(node, **config):
 def test_config_groups_settings_by_the_interrupt_a_change_needs():
     spec, per_node = spec_for(GB200, intent="multiNodeTraining")
     config = spec["config"]
-    resolved = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
+    resolved = resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
     assert per_node["gb200-0000"]["profile"] == resolved["name"]
-    reboot = dict(line.split("\t") for line in config[t.KEY_REBOOT].splitlines())
+    reboot = dict(line.split("\t") for line in config[KEY_REBOOT].splitlines())
     assert reboot["cmdline:hugepages_1G"] == "hugepagesz=1G hugepages=2"
     assert reboot["modprobe:nvidia/NVreg_CoherentGPUMemoryMode"] == "driver"
-    assert "sysctl:vm.max_map_count\t262144" in config["resolved.service.systemd-sysctl"]
+    assert "sysctl:vm.overcommit_memory\t1" in config["resolved.service.systemd-sysctl"]
+    # Ubuntu 24.04's 1048576 map areas are not lowered to the profile's 262144.
+    assert "sysctl:vm.max_map_count" not in config["resolved.service.systemd-sysctl"]
+    profile = config[KEY_PROFILE].splitlines()
+    assert "initramfs\tinitramfs-tools\tupdate-initramfs\t-u\t-k\tall" in profile
+    assert "floor\tnet.core.rmem_max\t536870912" in profile
+    assert not [line for line in profile if line.startswith("requires\t")]  # no peer memory known: DMA-BUF
+    assert [line.split("\t")[3] for line in profile if line.startswith("file\tresolved.file.modprobe\t")] == [
+        "initramfs"]
     assert "dropin:containerd.service/LimitMEMLOCK\tinfinity" in config["resolved.service.containerd"]
     # Every setting is in exactly one group, and the group's interrupt is the setting's.
     grouped = [line.split("\t")[0] for key, text in config.items()
-               if key == t.KEY_REBOOT or key.startswith(t.KEY_SERVICE_PREFIX) or key == t.KEY_NOOP
+               if key == KEY_REBOOT or key.startswith(KEY_SERVICE_PREFIX) or key == KEY_NOOP
                for line in text.splitlines()]
     assert sorted(grouped) == sorted(resolved["settings"])
     for sid, setting in resolved["settings"].items():
-        key = t.group_key(setting)
+        key = group_key(setting)
         assert spec["config_interrupts"].get(key, NOOP) == setting["interrupt"], sid
     assert spec["interrupt"] == REBOOT
     # A removed group of kernel parameters still reboots; a removed containerd drop-in restarts it.
-    assert spec["config_interrupts"][t.KEY_REBOOT] == REBOOT
+    assert spec["config_interrupts"][KEY_REBOOT] == REBOOT
     assert spec["config_interrupts"]["resolved.service.containerd"]["services"] == ["containerd"]
 
 
 def test_files_are_the_bytes_the_role_writes():
-    spec, _ = spec_for(GB200, intent="inference")
-    resolved = t.resolve_profile("gb200", "inference", "ubuntu-24.04", profiles=PROFILES)
-    files = t.render_files(resolved, t.DEFAULT_POWER_PROFILE_COMMAND)
-    manifest = [line.split("\t") for line in spec["config"][t.KEY_PROFILE].splitlines() if line.startswith("file\t")]
-    assert [(m[1], m[2]) for m in manifest] == [(t.file_key(f), f["path"]) for f in files]
+    spec, _ = spec_for(GB200, intent="inference", options={"inference_hugepages": True})
+    resolved = resolve_profile("gb200", "inference", "ubuntu-24.04", options={"inference_hugepages": True},
+                               profiles=PROFILES, host={"driver_source": "host"})
+    files = render_files(resolved, DEFAULT_POWER_PROFILE_COMMAND)
+    manifest = [line.split("\t") for line in spec["config"][KEY_PROFILE].splitlines() if line.startswith("file\t")]
+    assert [(m[1], m[2]) for m in manifest] == [(file_key(f), f["path"]) for f in files]
     for f in files:
-        assert spec["config"][t.file_key(f)] == f["content"]
+        assert spec["config"][file_key(f)] == f["content"]
     grub = spec["config"]["resolved.file.cmdline"]
     assert grub.endswith('hugepagesz=2M hugepages=8192 hugepagesz=1G hugepages=2"\n')
     assert "--profile-id 6" in spec["config"]["resolved.file.gpu"]
-    assert "arch\taarch64" in spec["config"][t.KEY_PROFILE].splitlines()
-    assert "os\tubuntu\t24.04" in spec["config"][t.KEY_PROFILE].splitlines()
+    assert "arch\taarch64" in spec["config"][KEY_PROFILE].splitlines()
+    assert "os\tubuntu\t24.04" in spec["config"][KEY_PROFILE].splitlines()
 
 
 def test_a_why_text_changes_the_file_but_not_the_settings(tmp_path):
     site = tmp_path / "profiles"
-    shutil.copytree(t.PROFILES_DIR, str(site))
+    shutil.copytree(PROFILES_DIR, str(site))
     text = (site / "base.yml").read_text()
     assert "Zeroing every page when it is allocated" in text
     (site / "base.yml").write_text(text.replace("Zeroing every page when it is allocated",
                                                 "Zeroing each page as it is allocated"))
     before, _ = spec_for(GB200)
-    after, _ = t.package_spec_for_nodes({"name": t.PACKAGE_NAME, "src": SRC, "config": {}}, [GB200],
-                                        package=PACKAGE, profiles_dir=str(site))
+    after, _ = package_spec_for_nodes({"name": PACKAGE_NAME, "src": SRC, "config": {}}, [GB200],
+                                      package=PACKAGE, profiles_dir=str(site))
     changed = sorted(k for k in set(before["config"]) | set(after["config"])
                      if before["config"].get(k) != after["config"].get(k))
     assert changed == ["resolved.file.cmdline"]  # no reboot: the reboot group is unchanged
@@ -119,12 +172,12 @@ def test_nodes_resolve_from_labels_and_os_image_and_must_agree():
     _, per_node = spec_for(None, accelerator="h200", os="ubuntu-22.04")
     assert per_node == {}
     spec, _ = spec_for(None, accelerator="h200", os="ubuntu-22.04")
-    assert "h200/performance on ubuntu-22.04" in spec["config"][t.KEY_PROFILE]
+    assert "h200/performance on ubuntu-22.04" in spec["config"][KEY_PROFILE]
     untouched, _ = spec_for(None)
-    assert not any(k.startswith(t.RESOLVED_PREFIX) for k in untouched["config"])
+    assert not any(k.startswith(RESOLVED_PREFIX) for k in untouched["config"])
 
     with pytest.raises(ValidationError) as info:
-        t.package_spec_for_nodes({"name": t.PACKAGE_NAME, "src": SRC, "config": {}}, [GB200, H100], package=PACKAGE)
+        package_spec_for_nodes({"name": PACKAGE_NAME, "src": SRC, "config": {}}, [GB200, H100], package=PACKAGE)
     message = str(info.value)
     assert "resolve to different NVIDIA tuning profiles" in message
     assert "gb200/performance on ubuntu-24.04 (gb200-0000)" in message and "(h100-0000)" in message
@@ -159,7 +212,7 @@ def test_bad_config_fails_before_any_node_is_touched(config, node, message):
     ("Rocky Linux 9.5 (Blue Onyx)", "rhel-9"), ("Container-Optimized OS from Google", "cos"),
 ])
 def test_os_from_os_image(image, expected):
-    assert t.os_from_os_image(image) == expected
+    assert os_from_os_image(image) == expected
 
 
 def test_the_plan_shows_each_nodes_settings():
@@ -177,18 +230,28 @@ def test_the_plan_shows_each_nodes_settings():
     assert settings["cmdline:numa_balancing"]["reboot"] and not settings["sysctl:net.core.rmem_max"]["reboot"]
     assert settings["sysctl:net.core.rmem_max"]["value"] == "536870912"
     spec = plan["packages"][0]
-    assert spec["config"]["intent"] == "multiNodeTraining" and t.KEY_PROFILE in spec["config"]
+    assert spec["config"]["intent"] == "multiNodeTraining" and KEY_PROFILE in spec["config"]
 
     import jinja2
     template = open(os.path.join(REPO, "playbooks", "templates", "plan.txt.j2")).read()
     text = jinja2.Environment(trim_blocks=True).from_string(template).render(
         nodewright_plan={"rollouts": [plan], "blocked": []})
     lines = text.splitlines()
-    at = lines.index("  gb200-0000: nvidia-tuning apply 1.0.0; interrupt reboot")
-    assert lines[at + 1] == "    nvidia-tuning gb200/multiNodeTraining on ubuntu-24.04: 38 settings, 9 need a reboot"
+    at = lines.index("  gb200-0000: nvidia-tuning apply 1.1.0; interrupt reboot")
+    assert lines[at + 1] == "    nvidia-tuning gb200/multiNodeTraining on ubuntu-24.04: %d settings, %d need a reboot" % (
+        len(tuned["settings"]), len([s for s in tuned["settings"] if s["reboot"]]))
     assert "      cmdline: hugepages_1G = hugepagesz=1G hugepages=2 (reboot)" in lines
-    assert "      sysctl: net.ipv4.tcp_rmem = 4096 87380 268435456 (no reboot)" in lines
+    # A limit shows the node's value it replaces; one that would lower it is left out, saying why.
+    assert ("      sysctl: net.ipv4.tcp_rmem = 4096 131072 6291456 (the kernel's default) -> 4096 131072 268435456 "
+            "(no reboot)") in lines
+    assert ("      skipped sysctl:vm.max_map_count: would lower vm.max_map_count from 1048576 (Ubuntu 24.04's "
+            "/etc/sysctl.d/10-map-count.conf) to 262144") in lines
     assert "      modprobe: nvidia/NVreg_CoherentGPUMemoryMode = driver (reboot)" in lines
+    assert ("      decided gpudirect = dmabuf: no peer-memory provider known for this node; set gpudirect peermem "
+            "for hosts with MLNX_OFED or DOCA-OFED (the package's preflight checks it)") in lines
+    assert "      decided acs_override = false: not an x86-64 HGX node" in lines
+    assert "      initramfs: rebuilt (update-initramfs -u -k all) when the driver options change, before the reboot" \
+        in lines
 
 
 def test_filters_for_direct_use_and_for_the_role():
@@ -200,7 +263,7 @@ def test_filters_for_direct_use_and_for_the_role():
     spec = filters["tuning_package_spec"]({"name": "nvidia-tuning", "config": {"intent": "inference"}},
                                           labels=GB200["labels"], os_image=UBUNTU, node="gb200-0000")
     assert set(spec) == {"name", "config", "interrupt", "config_interrupts"}
-    assert "gb200/inference on ubuntu-24.04" in spec["config"][t.KEY_PROFILE]
+    assert "gb200/inference on ubuntu-24.04" in spec["config"][KEY_PROFILE]
     assert spec["interrupt"] == REBOOT
     with pytest.raises(AnsibleFilterError, match="node gb200-0000: os: unsupported operating system"):
         filters["tuning_package_spec"]({"config": {}}, labels=GB200["labels"], os_image="Windows Server 2022",
@@ -211,55 +274,72 @@ def test_filters_for_direct_use_and_for_the_role():
     assert all(f["content"].startswith("# Managed by NodeWright (NVIDIA tuning)") for f in files)
 
 
-# ------------------------------------------------------------------ the shell comparator
+# ------------------------------------------------------------------ the one comparator
 
-def _compare(tmp_path, spec, observed):
-    (tmp_path / "checks").write_text(spec["config"][t.KEY_CHECKS])
+def _verdict(tmp_path, spec, observed):
+    """verdict.sh on the checks the package carries, as its post-interrupt step runs it."""
+    (tmp_path / "checks").write_text(spec["config"][KEY_CHECKS])
     (tmp_path / "observed").write_text("".join("%s\t%s\n" % kv for kv in observed.items()))
-    return subprocess.run(["sh", TUNE, "compare", str(tmp_path / "checks"), str(tmp_path / "observed")],
+    return subprocess.run(["sh", VERDICT, str(tmp_path / "checks"), str(tmp_path / "observed")],
                           capture_output=True, text=True)
 
 
 def observed_ok(resolved):
     observed = {}
-    for row in t.check_expectations(resolved):
-        if row["probe"] == t.CMDLINE_PROBE:
+    for row in check_expectations(resolved):
+        if row["probe"] == CMDLINE_PROBE:
             continue
         observed[row["probe"]] = "Enabled Enabled" if row["rule"] == "enabled" else row["expected"]
-    observed[t.CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro " + " ".join(t.cmdline_tokens(resolved)) + " quiet"
+    observed[CMDLINE_PROBE] = "BOOT_IMAGE=/boot/vmlinuz ro " + " ".join(cmdline_tokens(resolved)) + " quiet"
     return observed
 
 
-@pytest.mark.parametrize("change", [
-    {},
-    {"sysctl:vm.max_map_count": "65530"},
-    {"sysctl:net.ipv4.tcp_rmem": "4096\t87380   268435456"},
-    {t.CMDLINE_PROBE: "BOOT_IMAGE=/boot/vmlinuz ro quiet"},
-    {"gpu:persistence": "Enabled Disabled"},
-    {"gpu:persistence": ""},
-    {"governor:cpu": t.UNAVAILABLE},
-    {"governor:cpu": "performance powersave"},
-    {"module:nvidia_peermem": "absent", "modprobe:nvidia/NVreg_GrdmaPciTopoCheckOverride": "<module not loaded>"},
-    {"sysctl:vm.max_map_count": None},
-])
+# What the host reports (None: not at all) -> the settings that did not take effect.
+VERDICTS = [
+    ({}, []),
+    ({"sysctl:vm.overcommit_memory": "0"}, ["sysctl:vm.overcommit_memory"]),
+    ({"sysctl:net.ipv4.tcp_wmem": "4096\t65536   268435456"}, []),
+    ({CMDLINE_PROBE: "BOOT_IMAGE=/boot/vmlinuz ro quiet"},
+     ["cmdline:acpi_power_meter", "cmdline:earlycon", "cmdline:hugepages_1G", "cmdline:hugepages_2M",
+      "cmdline:init_on_alloc",
+      "cmdline:iommu", "cmdline:numa_balancing", "cmdline:serial_console"]),
+    ({"gpu:persistence": "Enabled Disabled"}, ["gpu:persistence"]),
+    ({"gpu:persistence": ""}, ["gpu:persistence"]),
+    ({"governor:cpu": UNAVAILABLE}, []),
+    ({"governor:cpu": "performance powersave"}, ["governor:cpu"]),
+    ({"modprobe:nvidia/NVreg_GrdmaPciTopoCheckOverride": "<module not loaded>"},
+     ["modprobe:nvidia/NVreg_GrdmaPciTopoCheckOverride"]),
+    ({"sysctl:vm.overcommit_memory": None}, ["sysctl:vm.overcommit_memory"]),
+]
+
+
+@pytest.mark.parametrize("change,failed", VERDICTS)
 @pytest.mark.parametrize("skip", [{}, VM_SKIP])
-def test_shell_comparator_judges_like_check_settings(tmp_path, change, skip):
+def test_one_verdict_for_the_package_and_the_role(tmp_path, change, failed, skip):
+    """The package's post-interrupt step and the role's check (check_settings) both judge
+    with verdict.sh, on the same rows."""
     spec, _ = spec_for(GB200, intent="multiNodeTraining", skip_checks=json.dumps(skip))
-    resolved = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
+    resolved = resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
+    assert spec["config"][KEY_CHECKS] == checks_text(check_expectations(resolved, skip))
     observed = observed_ok(resolved)
     for probe, value in change.items():
         if value is None:
             del observed[probe]
         else:
             observed[probe] = value
-    expected = t.check_settings(resolved, observed, skip=skip)
-    proc = _compare(tmp_path, spec, observed)
-    assert (proc.returncode == 0) == expected["ok"], proc.stdout + proc.stderr
-    for failure in expected["failed"]:
-        assert failure["id"] + ": expected " in proc.stdout
-    if expected["ok"]:
-        assert "all %d setting(s) in effect" % len(expected["verified"]) in proc.stdout
-        assert proc.stdout.count("unverified ") == len(expected["unverified"])
+    failed = [sid for sid in failed if not any(fnmatch.fnmatchcase(sid, glob) for glob in skip)]
+    role = check_settings(resolved, observed, skip=skip)
+    assert sorted(f["id"] for f in role["failed"]) == sorted(failed)
+    proc = _verdict(tmp_path, spec, observed)
+    assert proc.returncode == (1 if failed else 0), proc.stdout + proc.stderr
+    assert sorted(line.split("\t")[1] for line in proc.stdout.splitlines() if line.startswith("failed\t")) == \
+        sorted(failed)
+    unverified = sorted(u["id"] for u in role["unverified"])
+    assert sorted(line.split("\t")[1] for line in proc.stdout.splitlines()
+                  if line.startswith("unverified\t")) == unverified
+    if not failed:
+        assert proc.stdout.splitlines()[-1] == "summary\tall %d setting(s) in effect%s" % (
+            len(role["verified"]), ", %d unverified" % len(unverified) if unverified else "")
 
 
 # ------------------------------------------------------------------ on a simulator host root
@@ -314,17 +394,20 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     applied = run(root, spec)
     assert [r["stages"] for r in applied["results"]] == [["apply", "config"]]
     assert applied["interrupt"] == REBOOT
-    resolved = t.resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
-    for f in t.render_files(resolved, t.DEFAULT_POWER_PROFILE_COMMAND):
+    resolved = resolve_profile("gb200", "multiNodeTraining", "ubuntu-24.04", profiles=PROFILES)
+    for f in render_files(resolved, DEFAULT_POWER_PROFILE_COMMAND):
         assert read(root, f["path"]) == f["content"], f["path"]
     assert "numa_balancing=disable" in read(root, "/boot/grub/grub.cfg")
     assert "numa_balancing=disable" not in read(root, "/proc/cmdline")
     with pytest.raises(StepFailed, match="has not rebooted"):
         run(root, None, phase="post-interrupt")
 
+    # The driver options are in the initramfs, which the driver loads from.
+    assert "options nvidia NVreg_CoherentGPUMemoryMode=driver NVreg_GrdmaPciTopoCheckOverride=1" in read(
+        root, "/boot/initrd.img-%s" % hostroot.DEFAULT_KERNEL)
     done = interrupt_and_verify(root, applied)
     verified = step_output(done, "post-interrupt-check")
-    assert "all 38 setting(s) in effect" in verified and "unverified" not in verified
+    assert "all %d setting(s) in effect" % len(resolved["settings"]) in verified and "unverified" not in verified
     assert "numa_balancing=disable" in read(root, "/proc/cmdline")
     assert read(root, "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode").strip() == "driver"
     assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
@@ -364,24 +447,91 @@ def test_lifecycle_on_a_host_root(tmp_path, base_image):
     interrupt_and_verify(root, redone)
 
     # A new package version is applied with the whole profile's interrupt.
-    newer = str(tmp_path / "nvidia-tuning-1.1.0")
+    newer = str(tmp_path / "nvidia-tuning-1.2.0")
     shutil.copytree(SRC, newer)
     manifest = json.load(open(os.path.join(newer, "package.json")))
-    manifest["version"] = "1.1.0"
+    manifest["version"] = "1.2.0"
     json.dump(manifest, open(os.path.join(newer, "package.json"), "w"))
     upgraded = run(root, dict(rechecked, src=newer))
     assert [(r["action"], r["stages"]) for r in upgraded["results"]] == [("upgrade", ["upgrade", "config"])]
     assert upgraded["interrupt"] == REBOOT
     interrupt_and_verify(root, upgraded)
 
-    removed = run_packages([{"name": t.PACKAGE_NAME, "state": "absent"}], host_root=root, resource=RESOURCE)
+    removed = run_packages([{"name": PACKAGE_NAME, "state": "absent"}], host_root=root, resource=RESOURCE)
     assert removed["state"] == {"packages": {}, "status": "complete"}
-    for path in (t.SYSCTL_FILE, t.GRUB_FILE, t.MODPROBE_FILE, t.MODULES_FILE, t.WANTS_FILE):
+    for path in (SYSCTL_FILE, GRUB_FILE, MODPROBE_FILE, MODULES_FILE, WANTS_FILE):
         assert not exists(root, path), path
     assert not exists(root, "/etc/systemd/system/containerd.service.d")
     assert "numa_balancing" not in read(root, "/boot/grub/grub.cfg")
     hostroot.boot(root)
     assert "numa_balancing" not in read(root, "/proc/cmdline")
+
+
+def test_a_driver_option_change_rebuilds_the_initramfs_and_takes_effect_after_the_reboot(tmp_path, base_image):
+    root = host(tmp_path, base_image)
+    spec, _ = spec_for(GB200, intent="multiNodeTraining")
+    interrupt_and_verify(root, run(root, spec))
+    option = "/sys/module/nvidia/parameters/NVreg_EnablePCIERelaxedOrderingMode"
+    assert not exists(root, option)
+
+    relaxed, _ = spec_for(GB200, intent="multiNodeTraining", options={"relaxed_ordering": True})
+    changed = run(root, relaxed)
+    assert changed["interrupt"] == REBOOT  # planned from the reboot group, before the node is touched
+    assert "rebuilding the initramfs (update-initramfs): update-initramfs -u -k all" in step_output(changed, "config")
+    image = read(root, "/boot/initrd.img-%s" % hostroot.DEFAULT_KERNEL)
+    assert "NVreg_EnablePCIERelaxedOrderingMode=1" in image
+    interrupt_and_verify(root, changed)
+    assert read(root, option).strip() == "1"
+
+    # The same option written without a rebuild never reaches the driver: what the
+    # simulated boot loads is what the initramfs carries.
+    with open(os.path.join(root, "etc/modprobe.d/50-site.conf"), "w") as fh:
+        fh.write("options nvidia NVreg_EnableResizableBar=1\n")
+    hostroot.boot(root)
+    assert not exists(root, "/sys/module/nvidia/parameters/NVreg_EnableResizableBar")
+    # An initramfs not built from the options in place is drift: the check stage says so.
+    os.unlink(os.path.join(root, "var/lib/nodewright/data/nvidia-tuning/initramfs"))
+    drift = check_packages(host_root=root, resource=RESOURCE)
+    assert [(d["name"], d["stage"]) for d in drift["drifted"]] == [(PACKAGE_NAME, "config-check")]
+    assert "initramfs was not rebuilt" in drift["drifted"][0]["message"]
+
+
+def test_the_host_refuses_a_limit_below_its_own_value_unless_forced(tmp_path, base_image):
+    root = host(tmp_path, base_image)
+    # Raised on the host by someone else (the controller cannot know): read before writing.
+    assert hostroot.run(root, "sysctl -w net.core.rmem_max=1073741824").returncode == 0
+    spec, _ = spec_for(GB200, intent="multiNodeTraining")
+    with pytest.raises(StepFailed, match="net.core.rmem_max is 1073741824 on this host, the profile would lower it "
+                                         "to 536870912; NodeWright never lowers a limit"):
+        run(root, spec)
+    assert not exists(root, SYSCTL_FILE)
+    forced, _ = spec_for(GB200, intent="multiNodeTraining", extra={"settings": {"sysctl": {"net.core.rmem_max": {
+        "value": 536870912, "force": True, "why": "the site lowers it on purpose"}}}})
+    assert "floor\tnet.core.rmem_max\t" not in forced["config"][KEY_PROFILE]
+    interrupt_and_verify(root, run(root, forced))
+    assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
+    # What NodeWright wrote itself is not the host's own value: back to the profile's value is fine.
+    interrupt_and_verify(root, run(root, spec))
+
+
+def test_nvidia_peermem_needs_a_peer_memory_provider_on_the_host(tmp_path, base_image):
+    spec, per_node = spec_for(GB200, intent="multiNodeTraining", options={"gpudirect": "peermem"})
+    assert "requires\tpeer-memory\tnvidia_peermem" in spec["config"][KEY_PROFILE].splitlines()
+    assert {"option": "gpudirect", "value": "peermem", "reason": "options.gpudirect", "explicit": True} in \
+        per_node["gb200-0000"]["decisions"]
+    plain = host(tmp_path, base_image)
+    with pytest.raises(StepFailed, match="needs a peer-memory provider \\(MLNX_OFED or DOCA-OFED\\) that this host "
+                                         "does not have"):
+        run(plain, spec)
+    assert not exists(plain, MODULES_FILE)
+    mofed = str(tmp_path / "mofed")
+    hostroot.create(mofed, base_image, dict(HOSTS["gb200"], mofed=True))
+    applied = run(mofed, spec)
+    assert "peer-memory provider for nvidia_peermem: MLNX_OFED_LINUX-24.10-1.1.4.0" in step_output(applied, "apply")
+    assert "nvidia_peermem" in read(mofed, MODULES_FILE)
+    gdrcopy, _ = spec_for(GB200, intent="multiNodeTraining", options={"gdrcopy": "on"})
+    with pytest.raises(StepFailed, match="loads gdrdrv, which is not installed on this host"):
+        run(plain, gdrcopy)
 
 
 def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
@@ -391,16 +541,20 @@ def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
                 labels=dict(H100["labels"], **{"cloud.google.com/gke-nodepool": "gpu"}))
     spec, per_node = spec_for(node, intent="multiNodeTraining")
     assert per_node["h100-0000"]["cloud"] == "gke" and not per_node["h100-0000"]["reboot"]
-    assert t.KEY_REBOOT not in spec["config"]
+    assert per_node["h100-0000"]["reapply_every_boot"]
+    assert KEY_REBOOT not in spec["config"]
+    # Written and applied at once (sysctl -p): nothing to restart, so nothing to drain for.
+    assert spec["interrupt"] == NOOP
     applied = run(root, spec)
-    assert applied["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
+    assert applied["interrupt"] == NOOP
+    assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
     written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/nvidia-tuning/files").splitlines()]
-    assert written == [t.SYSCTL_FILE]
-    assert not exists(root, t.GRUB_FILE) and not exists(root, t.MODPROBE_FILE)
-    done = interrupt_and_verify(root, applied)
-    resolved = t.resolve_profile("h100", "multiNodeTraining", "cos", profiles=PROFILES)
+    assert written == [SYSCTL_FILE]
+    assert not exists(root, GRUB_FILE) and not exists(root, MODPROBE_FILE)
+    # No interrupt, so no post-interrupt check: the config check reads the settings back.
+    resolved = resolve_profile("h100", "multiNodeTraining", "cos", profiles=PROFILES)
     assert {s["mechanism"] for s in resolved["settings"].values()} == {"sysctl"}
-    assert "all %d setting(s) in effect" % len(resolved["settings"]) in step_output(done, "post-interrupt-check")
+    assert "all %d setting(s) in effect" % len(resolved["settings"]) in step_output(applied, "config-check")
     assert sh(root, "sysctl -n net.ipv4.tcp_congestion_control") == "cubic"  # GKE rejects bbr on GPU nodes
 
 
@@ -409,7 +563,7 @@ def test_a_host_that_does_not_match_the_profile_is_refused(tmp_path, base_image)
     spec, _ = spec_for(GB200)
     with pytest.raises(StepFailed, match="is for aarch64 hosts, this host is x86_64"):
         run(root, spec)
-    assert not exists(root, t.SYSCTL_FILE)
+    assert not exists(root, SYSCTL_FILE)
     rhel, _ = spec_for(None, accelerator="h100", os="rhel-9")
     with pytest.raises(StepFailed, match="is for rhel 9, this host runs ubuntu"):
         run(root, rhel)
@@ -445,10 +599,11 @@ def test_grubby_hosts_get_kernel_parameters_on_every_boot_entry(tmp_path, base_i
     os.chmod(os.path.join(root, "usr/local/bin/grubby"), 0o755)
     performance, _ = spec_for(None, accelerator="h100", os="rhel-9")
     assert run(root, performance)["interrupt"] == REBOOT
-    assert not exists(root, t.GRUB_FILE)
-    inference, _ = spec_for(None, accelerator="h100", os="rhel-9", intent="inference")
+    assert not exists(root, GRUB_FILE)
+    inference, _ = spec_for(None, accelerator="h100", os="rhel-9", intent="inference",
+                            options={"inference_hugepages": True})
     assert run(root, inference)["interrupt"] == REBOOT
-    run_packages([{"name": t.PACKAGE_NAME, "state": "absent"}], host_root=root, resource=RESOURCE)
+    run_packages([{"name": PACKAGE_NAME, "state": "absent"}], host_root=root, resource=RESOURCE)
     assert read(root, "/var/lib/grubby.args") == ""
     calls = read(root, "/var/lib/grubby.log").splitlines()
     assert calls[0] == "--update-kernel=ALL --args=init_on_alloc=0 console=tty0 console=ttyS0,115200n8 iommu=pt"
@@ -462,16 +617,22 @@ def test_grubby_hosts_get_kernel_parameters_on_every_boot_entry(tmp_path, base_i
 # ------------------------------------------------------------------ one home for shared pieces
 
 def test_package_and_role_share_their_pieces():
-    with open(os.path.join(t.ROLE_DIR, "files", "observe.sh")) as a, \
-            open(os.path.join(SRC, "steps", "observe.sh")) as b:
-        assert a.read() == b.read(), "copy roles/nvidia_tuning/files/observe.sh to packages/nvidia-tuning/steps/"
-    with open(os.path.join(t.ROLE_DIR, "defaults", "main.yml")) as fh:
+    # One read-back script and one comparator, the package's; the role runs them too.
+    shipped = [os.path.relpath(os.path.join(d, f), REPO) for top in ("roles", "packages", "plugins")
+               for d, _, names in os.walk(os.path.join(REPO, top)) for f in names if f in ("observe.sh", "verdict.sh")]
+    assert sorted(shipped) == ["packages/nvidia-tuning/steps/observe.sh", "packages/nvidia-tuning/steps/verdict.sh"]
+    with open(os.path.join(ROLE_DIR, "vars", "main.yml")) as fh:
+        role_vars = yaml.safe_load(fh)
+    observe = role_vars["nvidia_tuning__observe_script"].replace("{{ role_path }}", ROLE_DIR)
+    assert os.path.realpath(observe) == os.path.realpath(os.path.join(SRC, "steps", "observe.sh"))
+    assert os.path.realpath(VERDICT_SCRIPT) == os.path.realpath(VERDICT)
+    with open(os.path.join(ROLE_DIR, "defaults", "main.yml")) as fh:
         defaults = yaml.safe_load(fh)
-    assert defaults["nvidia_tuning_power_profile_command"] == t.DEFAULT_POWER_PROFILE_COMMAND
-    assert PACKAGE.default_config["power_profile_command"] == t.DEFAULT_POWER_PROFILE_COMMAND
-    assert PACKAGE.config_interrupts[t.KEY_REBOOT].to_dict() == REBOOT
+    assert defaults["nvidia_tuning_power_profile_command"] == DEFAULT_POWER_PROFILE_COMMAND
+    assert PACKAGE.default_config["power_profile_command"] == DEFAULT_POWER_PROFILE_COMMAND
+    assert PACKAGE.config_interrupts[KEY_REBOOT].to_dict() == REBOOT
     assert PACKAGE.interrupt.to_dict() == NOOP
-    assert os.path.realpath(t.PACKAGE_DIR) == os.path.realpath(SRC)
-    assert set(t.CHECK_RULES) >= {row["rule"] for accel in t.ACCELERATOR_NAMES
-                                  for row in t.check_expectations(t.resolve_profile(
+    assert os.path.realpath(PACKAGE_DIR) == os.path.realpath(SRC)
+    assert set(CHECK_RULES) >= {row["rule"] for accel in ACCELERATOR_NAMES
+                                  for row in check_expectations(resolve_profile(
                                       accel, "multiNodeInference", "ubuntu-24.04", profiles=PROFILES), VM_SKIP)}

@@ -1,9 +1,12 @@
 # shellcheck shell=sh
-# NodeWright nvidia_tuning: read tuning settings back on a host.
+# NodeWright NVIDIA tuning: read tuning settings back on a host. The package's
+# post-interrupt check and the nodewright.fleet.nvidia_tuning role's check both run it.
 # Run as: sh -c "$(cat observe.sh)" observe PROBE...   (inside a chroot of the host root)
 # Prints one "PROBE<TAB>VALUE" line per probe. PROBE is a setting id
 # (sysctl:KEY, module:NAME, modprobe:MODULE/OPTION, dropin:UNIT/DIRECTIVE,
-# governor:cpu, gpu:persistence|fabricmanager|workload_power_profile) or proc:cmdline.
+# governor:cpu, gpu:persistence|fabricmanager|workload_power_profile), proc:cmdline, or a
+# fact about the host: host:peer_memory (the provider, or none), host:gdrdrv (installed or
+# absent), host:memory (MemTotal in kB), host:driver_container (present or absent).
 # Read-only: it changes nothing on the host.
 
 emit() { printf '%s\t%s\n' "$1" "$2"; }
@@ -32,13 +35,19 @@ for probe in "$@"; do
     modprobe)
       module=${key%%/*}
       option=${key#*/}
+      dword=""
+      case $option in *.*) dword=${option#*.}; option=${option%%.*} ;; esac
       value=""
       if [ "$module" = nvidia ] && [ -r /proc/driver/nvidia/params ]; then
         value=$(sed -n "s/^${option#NVreg_}: *//p" /proc/driver/nvidia/params | head -n 1 | tr -d '"')
       elif [ -r "/sys/module/$module/parameters/$option" ]; then
-        value=$(cat "/sys/module/$module/parameters/$option")
+        value=$(tr -d '"' < "/sys/module/$module/parameters/$option")
       elif [ ! -d "/sys/module/$module" ]; then
         value="<module not loaded>"
+      fi
+      if [ -n "$dword" ] && [ "$value" != "<module not loaded>" ]; then
+        # One key of a "KEY=VALUE;KEY=VALUE;" registry parameter.
+        value=$(printf '%s' "$value" | tr ';' '\n' | sed -n "s/^ *$dword=//p" | head -n 1)
       fi
       emit "$probe" "$(or_unavailable "$value")" ;;
     dropin)
@@ -66,6 +75,35 @@ for probe in "$@"; do
           value="" ;;
       esac
       emit "$probe" "$(or_unavailable "$value")" ;;
+    host)
+      # Facts about the host that decide what NodeWright may write, not settings.
+      case $key in
+        peer_memory)
+          # MLNX_OFED and DOCA-OFED ship ofed_info; their ib_core exports the peer-memory
+          # API nvidia_peermem links against (the inbox ib_core does not).
+          value=""
+          if command -v ofed_info >/dev/null 2>&1; then
+            value=$(ofed_info -s 2>/dev/null | head -n 1 | tr -d ':' | one_line)
+          fi
+          if [ -z "$value" ] && grep -q ' ib_register_peer_memory_client' /proc/kallsyms 2>/dev/null; then
+            value="ib_core exports ib_register_peer_memory_client"
+          fi
+          emit "$probe" "${value:-none}" ;;
+        gdrdrv)
+          if modinfo gdrdrv >/dev/null 2>&1 ||
+              find "/lib/modules/$(uname -r)" -name 'gdrdrv.ko*' 2>/dev/null | grep -q .; then
+            emit "$probe" installed
+          else
+            emit "$probe" absent
+          fi ;;
+        memory)
+          emit "$probe" "$(sed -n 's/^MemTotal: *\([0-9]*\) kB$/\1/p' /proc/meminfo 2>/dev/null | head -n 1)" ;;
+        driver_container)
+          # The GPU Operator's driver container shares its root at /run/nvidia/driver.
+          if [ -d /run/nvidia/driver/usr ]; then emit "$probe" present; else emit "$probe" absent; fi ;;
+        *)
+          emit "$probe" "<unknown probe>" ;;
+      esac ;;
     *)
       emit "$probe" "<unknown probe>" ;;
   esac

@@ -13,18 +13,25 @@
 #                      planner asks for these interrupts (configInterrupts) before the node
 #                      is drained
 #
-#   preflight      the host is the one the profile was resolved for
+#   preflight      the host is the one the profile was resolved for: architecture, OS,
+#                  boot loader and initramfs tools, what the modules it loads need (a
+#                  peer-memory provider for nvidia_peermem, GDRCopy for gdrdrv), and no
+#                  limit sysctl below the value the host has now (the floor rule)
 #   apply          write the files, remove those the profile no longer has, regenerate the
-#                  boot configuration, reload systemd; ask for the restarts that files
-#                  edited on the host need (never a reboot: reboots are planned)
+#                  boot configuration, rebuild the initramfs when driver options changed,
+#                  apply sysctls at once where the OS forgets them at boot (COS), reload
+#                  systemd; ask for the restarts that files edited on the host need (never
+#                  a reboot: reboots are planned)
 #   written-check  every file holds what the profile says, the boot configuration has the
-#                  kernel parameters
+#                  kernel parameters, the initramfs was built from the driver options; where
+#                  the settings took effect as they were written (COS), they read back too
 #   verify         every setting reads back as the profile says (after the interrupt)
 #   remove         remove every file written, regenerate the boot configuration
 #   removed-check  nothing written is left
-#   compare CHECKS OBSERVED
-#                  judge observations (PROBE<TAB>VALUE lines) against checks
+#
+# observe.sh reads the settings back, verdict.sh judges them (the role's check uses both).
 set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
 TAB=$(printf '\t')
 CONFIG=${NODEWRIGHT_CONFIG_DIR:-}
 DATA=${NODEWRIGHT_DATA_DIR:-}
@@ -102,7 +109,79 @@ or set accelerator"
           die "grubby not found: profile '$name' sets kernel parameters on every boot entry with grubby" ;;
     esac
   fi
+  # shellcheck disable=SC2046
+  set -- $(field initramfs | tr '\t' ' ')
+  if [ "${1:-none}" != none ] && has_flag initramfs; then
+    command -v "$2" >/dev/null 2>&1 ||
+      die "$2 not found: profile '$name' sets NVIDIA driver options, which the initramfs must carry (a driver \
+loaded from it ignores /etc/modprobe.d)"
+  fi
+  requirements
+  floors
   echo "this host matches profile '$name'"
+}
+
+has_flag() { # FLAG: some file of the profile has it
+  awk -F'\t' -v f="$1" '$1 == "file" && ("," $4 ",") ~ ("," f ",") { found = 1 } END { exit !found }' "$PROFILE"
+}
+
+requirements() { # what the modules the profile loads need on this host
+  # shellcheck disable=SC2013
+  for need in $(awk -F'\t' '$1 == "requires" { print $2 ":" $3 }' "$PROFILE"); do
+    what=${need%%:*}
+    module=${need#*:}
+    case $what in
+      peer-memory)
+        got=$(sh "$HERE/observe.sh" host:peer_memory | cut -f2)
+        [ "$got" != none ] || die "profile '$(field name)' loads $module, which needs a peer-memory provider \
+(MLNX_OFED or DOCA-OFED) that this host does not have (no ofed_info; ib_core exports no \
+ib_register_peer_memory_client), so it would fail to load: set options gpudirect dmabuf, or install DOCA-OFED"
+        echo "peer-memory provider for $module: $got" ;;
+      gdrdrv)
+        got=$(sh "$HERE/observe.sh" host:gdrdrv | cut -f2)
+        [ "$got" = installed ] || die "profile '$(field name)' loads $module, which is not installed on this host \
+(GDRCopy's kernel module package): install GDRCopy, or set options gdrcopy off" ;;
+    esac
+  done
+}
+
+floors() { # no limit sysctl is written below the value the host has now
+  keys=$(awk -F'\t' '$1 == "floor" { print "sysctl:" $2 }' "$PROFILE")
+  [ -n "$keys" ] || return 0
+  mkdir -p "$DATA"
+  # shellcheck disable=SC2086
+  sh "$HERE/observe.sh" $keys > "$DATA/current"
+  # A value NodeWright wrote itself before is not the host's own.
+  cat "$DATA"/written/* 2>/dev/null | awk -F' = ' 'NF == 2 && $1 !~ /^#/ { print $1 "\t" $2 }' > "$DATA/ours"
+  lower=$(awk -F'\t' '
+    FILENAME == ARGV[1] { ours[$1] = $2; next }
+    FILENAME == ARGV[2] { if ($1 ~ /^sysctl:/) now[substr($1, 8)] = $2; next }
+    $1 == "floor" {
+      key = $2; want = $3; have = now[key]
+      if (have == "" || have == "<missing>" || ours[key] == have) next
+      n = split(want, w, " "); m = split(have, h, " ")
+      for (i = 1; i <= n && i <= m; i++) {
+        if (h[i] !~ /^-?[0-9]+$/ || w[i] !~ /^-?[0-9]+$/) break
+        if (h[i] + 0 > w[i] + 0) { printf "%s is %s on this host, the profile would lower it to %s; ", key, have, want; break }
+        if (h[i] + 0 < w[i] + 0) break
+      }
+    }' "$DATA/ours" "$DATA/current" "$PROFILE")
+  [ -z "$lower" ] || die "${lower}NodeWright never lowers a limit the host has: raise the value (extra), or add \
+force: true to the setting to lower it on purpose"
+}
+
+initramfs_sum() { # the content the initramfs must carry: the driver option files
+  awk -F'\t' '$1 == "file" && ("," $4 ",") ~ /,initramfs,/ { print "/" $3 }' "$PROFILE" |
+    while read -r f; do cat "$f" 2>/dev/null; done | sha1sum | cut -d" " -f1
+}
+
+rebuild_initramfs() { # WHY
+  # shellcheck disable=SC2046
+  set -- $(cat "$DATA/initramfs-command" 2>/dev/null || true)
+  [ "${1:-none}" != none ] || return 0
+  shift
+  echo "rebuilding the initramfs ($1): $*"
+  "$@"
 }
 
 regenerate() { # ARGS GONE: the kernel parameters to set and to remove (grubby)
@@ -129,8 +208,11 @@ apply() {
   preflight
   mkdir -p "$DATA/written"
   field bootloader | tr '\t' ' ' > "$DATA/bootloader"
+  field initramfs | tr '\t' ' ' > "$DATA/initramfs-command"
   reload=0
   regen=0
+  initrd=0
+  applied=""
   while IFS="$TAB" read -r tag key path flags drift removal; do
     [ "$tag" = file ] || continue
     dest=/$path
@@ -151,6 +233,8 @@ apply() {
     echo "wrote $dest"
     case ",$flags," in *,reload,*) reload=1 ;; esac
     case ",$flags," in *,bootloader,*) regen=1 ;; esac
+    case ",$flags," in *,initramfs,*) initrd=1 ;; esac
+    case ",$flags," in *,apply,*) applied="$applied $dest" ;; esac
   done < "$PROFILE"
   if [ -f "$DATA/files" ]; then
     while IFS="$TAB" read -r tag key path flags drift removal; do
@@ -163,7 +247,20 @@ apply() {
       request $removal
       case ",$flags," in *,reload,*) reload=1 ;; esac
       case ",$flags," in *,bootloader,*) regen=1 ;; esac
+      case ",$flags," in *,initramfs,*) initrd=1 ;; esac
     done < "$DATA/files"
+  fi
+  for f in $applied; do
+    echo "applying $f now (this OS does not keep it across a reboot)"
+    sysctl -p "$f" >/dev/null
+  done
+  # The initramfs carries a copy of the driver options: rebuilt when they changed, or
+  # when it was not built from the ones in place (an earlier run that did not rebuild).
+  sum=$(initramfs_sum)
+  built=$(cat "$DATA/initramfs" 2>/dev/null || printf '' | sha1sum | cut -d" " -f1)
+  if [ $initrd = 1 ] || [ "$sum" != "$built" ]; then
+    rebuild_initramfs
+    printf '%s\n' "$sum" > "$DATA/initramfs"
   fi
   tokens=$(field cmdline)
   old=$(cat "$DATA/cmdline" 2>/dev/null || true)
@@ -230,50 +327,21 @@ written_check() {
       done
     fi
   fi
+  # shellcheck disable=SC2046
+  set -- $(field initramfs | tr '\t' ' ')
+  if [ "${1:-none}" != none ] && [ "$(initramfs_sum)" != "$(cat "$DATA/initramfs" 2>/dev/null || printf '' | sha1sum | cut -d" " -f1)" ]; then
+    echo "the initramfs was not rebuilt from the driver options in /etc/modprobe.d" >&2
+    rc=1
+  fi
   if [ $rc = 0 ]; then
     echo "every file of profile '$(field name)' is in place"
   fi
+  # Settings applied as they are written (no interrupt follows, so no post-interrupt
+  # check either) are read back here.
+  if [ $rc = 0 ] && has_flag apply; then
+    verify || rc=1
+  fi
   return $rc
-}
-
-compare() { # CHECKS OBSERVED
-  awk -F'\t' '
-    function norm(s) { gsub(/[ \t]+/, " ", s); sub(/^ /, "", s); sub(/ $/, "", s); return s }
-    function fail(id, want, got) {
-      failed++
-      msg = msg (msg == "" ? "" : "; ") id ": expected " want ", observed " got
-    }
-    FILENAME == ARGV[1] { if ($1 != "") { seen[$1] = 1; value[$1] = substr($0, length($1) + 2) }; next }
-    $1 == "" || $1 ~ /^#/ { next }
-    {
-      id = $1; probe = $2; rule = $3; want = $4
-      if (rule == "skip") { unverified++; print "unverified " id ": " want; next }
-      if (!(probe in seen)) { fail(id, want, "<not observed>"); next }
-      got = value[probe]
-      if (rule == "governor" && got == "<unavailable>") {
-        unverified++; print "unverified " id ": the host exposes no cpufreq governor"; next
-      }
-      ok = 0
-      if (rule == "tokens") {
-        ok = 1
-        line = " " norm(got) " "
-        n = split(want, t, " ")
-        for (i = 1; i <= n; i++) if (index(line, " " t[i] " ") == 0) ok = 0
-      } else if (rule == "enabled") {
-        n = split(norm(got), t, " ")
-        ok = n > 0
-        for (i = 1; i <= n; i++) if (t[i] != "Enabled") ok = 0
-      } else {
-        ok = norm(got) == norm(want)
-      }
-      if (ok) verified++; else fail(id, want, got)
-    }
-    END {
-      if (failed) { printf "%d setting(s) did not take effect: %s\n", failed, msg; exit 1 }
-      printf "all %d setting(s) in effect", verified
-      if (unverified) printf ", %d unverified", unverified
-      printf "\n"
-    }' "$2" "$1"
 }
 
 verify() {
@@ -282,8 +350,11 @@ verify() {
   mkdir -p "$DATA"
   probes=$(awk -F'\t' '$3 != "skip" && $2 != "" { print $2 }' "$checks" | sort -u)
   # shellcheck disable=SC2086
-  sh "$(dirname "$0")/observe.sh" $probes > "$DATA/observed"
-  if ! out=$(compare "$checks" "$DATA/observed"); then
+  sh "$HERE/observe.sh" $probes > "$DATA/observed"
+  rc=0
+  sh "$HERE/verdict.sh" "$checks" "$DATA/observed" > "$DATA/verdict" || rc=$?
+  out=$(awk -F'\t' '$1 == "unverified" { print "unverified " $2 ": " $3 } $1 == "summary" { print $2 }' "$DATA/verdict")
+  if [ $rc != 0 ]; then
     printf '%s\n' "$out" >&2
     return 1
   fi
@@ -297,6 +368,7 @@ remove() {
   fi
   reload=0
   regen=0
+  initrd=0
   while IFS="$TAB" read -r tag key path flags drift removal; do
     [ "$tag" = file ] || continue
     if [ -e "/$path" ]; then
@@ -306,7 +378,12 @@ remove() {
     prune_dir "/$path"
     case ",$flags," in *,reload,*) reload=1 ;; esac
     case ",$flags," in *,bootloader,*) regen=1 ;; esac
+    case ",$flags," in *,initramfs,*) initrd=1 ;; esac
   done < "$DATA/files"
+  if [ $initrd = 1 ]; then
+    rebuild_initramfs
+    rm -f "$DATA/initramfs"
+  fi
   old=$(cat "$DATA/cmdline" 2>/dev/null || true)
   case $(cut -d' ' -f1 "$DATA/bootloader" 2>/dev/null || true) in
     grub-dropin) if [ $regen = 1 ]; then regenerate "" ""; fi ;;
@@ -333,7 +410,6 @@ case "${1:-}" in
   verify) verify ;;
   remove) remove ;;
   removed-check) removed_check ;;
-  compare) compare "$2" "$3" ;;
-  *) echo "usage: $0 preflight|apply|written-check|verify|remove|removed-check|compare CHECKS OBSERVED" >&2
+  *) echo "usage: $0 preflight|apply|written-check|verify|remove|removed-check" >&2
      exit 2 ;;
 esac

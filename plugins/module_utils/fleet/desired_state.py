@@ -17,7 +17,7 @@ import os
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import planner as package_planner
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
-from ansible_collections.nodewright.fleet.plugins.module_utils import tuning
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import package as tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
@@ -185,18 +185,21 @@ def node_plan(specs, node, resource_name, desired=None, cache=None):
 # --- NVIDIA tuning --------------------------------------------------------------------
 # The nvidia-tuning package's steps run in a plain shell on the node, so its profile is
 # resolved here, from the targeted nodes' labels and OS, into the package's config
-# (module_utils/tuning.py, "The nvidia-tuning package"). The plan shows the settings.
+# (module_utils/tuning/package.py). The plan shows the settings.
 
 def nvidia_tuning_specs(specs, nodes, cache=None):
     """The specs with nvidia-tuning's profile resolved for ``nodes`` (Node objects), and
     per node name the settings it would get (``tuning.plan_summary``)."""
+    # The shipped profiles and templates are read on the controller.
+    from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import package_spec_for_nodes
+
     out, per_node = [], {}
     facts = [tuning.node_facts(n) for n in nodes]
     for spec in specs:
         if spec["name"] != tuning.PACKAGE_NAME:
             out.append(spec)
             continue
-        spec, settings = tuning.package_spec_for_nodes(spec, facts, package=_load(spec["src"], cache))
+        spec, settings = package_spec_for_nodes(spec, facts, package=_load(spec["src"], cache))
         out.append(spec)
         per_node.update(settings)
     return out, per_node

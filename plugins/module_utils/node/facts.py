@@ -25,7 +25,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers impor
     LABEL_STATUS,
     STATUSES,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import (
     LABEL_ARCH,
     LABEL_FAMILY,
     LABEL_GKE_ACCELERATOR,
@@ -36,7 +36,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import (
     normalize_arch,
 )
 
-# GPU Feature Discovery labels beyond those the tuning detection reads.
+# GPU Feature Discovery labels beyond those the accelerator detection (node/gpu.py) reads.
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
@@ -88,7 +88,7 @@ _ACCEL_CACHE = {}
 
 
 def _accelerator(labels):
-    """The tuning module's accelerator detection, memoised on the labels it reads."""
+    """The accelerator detection of node/gpu.py, memoised on the labels it reads."""
     key = tuple(labels.get(k) for k in (LABEL_PRODUCT, LABEL_GKE_ACCELERATOR, LABEL_MAJOR, LABEL_MINOR,
                                         LABEL_ARCH))
     if key not in _ACCEL_CACHE:
