@@ -206,7 +206,8 @@ def test_boot_applies_sysctl_d_and_modules_load_d_through_their_units(root):
     hostroot.boot(root)
     assert out(root, "sysctl -n vm.swappiness") == "7"
     assert out(root, "sysctl -n net.ipv4.tcp_rmem") == "4096\t87380\t268435456"  # as the kernel prints it
-    assert out(root, "sysctl -n vm.max_map_count") == "65530", "a runtime-only change is gone"
+    # A runtime-only change is gone: the distribution's 10-map-count.conf applies again.
+    assert out(root, "sysctl -n vm.max_map_count") == "1048576", "a runtime-only change is gone"
     assert "ib_umad " in read(root, "/proc/modules")
     assert out(root, "systemctl is-active systemd-modules-load systemd-sysctl") == "active\nactive"
 
@@ -249,9 +250,14 @@ def test_fabric_manager_runs_on_hgx_boards_only(root, gb200_root):
     assert out(gb200_root, "dpkg-query -W nvidia-compute-utils-580 >/dev/null && echo yes") == "yes"
 
 
-def test_the_gpu_driver_is_loaded_with_its_modprobe_d_options_at_boot(gb200_root):
+def test_the_gpu_driver_is_loaded_with_its_initramfs_options_at_boot(gb200_root):
+    param = os.path.join(gb200_root, "sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode")
     write(gb200_root, "/etc/modprobe.d/90-site.conf", "options nvidia NVreg_CoherentGPUMemoryMode=driver\n")
-    assert not os.path.exists(os.path.join(gb200_root, "sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode"))
+    assert not os.path.exists(param)
+    # The driver loads from the initramfs: modprobe.d options it was not rebuilt with are ignored.
+    hostroot.boot(gb200_root)
+    assert not os.path.exists(param)
+    out(gb200_root, "update-initramfs -u -k all")
     hostroot.boot(gb200_root)
     assert read(gb200_root, "/sys/module/nvidia/parameters/NVreg_CoherentGPUMemoryMode").strip() == "driver"
     assert sorted(n for n in os.listdir(os.path.join(gb200_root, "dev")) if n.startswith("nvidia")) == [

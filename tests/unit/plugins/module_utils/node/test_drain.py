@@ -101,4 +101,4 @@ def test_a_failed_drain_says_what_kept_each_pod():
                                          "timed_out": True}, 30)
     assert text.startswith("drain of node n1 timed out after 30s")
     assert "PodDisruptionBudget ns/strict allowed no disruption (needs 2) for ns/a" in text
-    assert "ns/b: forbidden" in text and "still terminating: ns/c" in text and "stays cordoned" in text
+    assert "ns/b: forbidden" in text and "ns/c is still on the node" in text and "stays cordoned" in text
