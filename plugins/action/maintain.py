@@ -276,6 +276,8 @@ class _Sequence(object):
             return self.fail_phase()
         if phase in ("all", "take_out"):
             self.start()
+        else:
+            self.node.read()
         try:
             if phase in ("all", "take_out"):
                 if self.disruptive:

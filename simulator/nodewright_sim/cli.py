@@ -111,6 +111,13 @@ def cmd_kubeconfig(args):
     print(cluster.kubeconfig)
 
 
+def cmd_restart(args):
+    cluster = Cluster(args.name)
+    took = cluster.restart(args.process, down_seconds=args.down)
+    print("%s restarted (%.1fs without it)" % (args.process, took))
+    return 0
+
+
 def cmd_reboot(args):
     cluster = Cluster(args.name)
     _require_running(cluster)
@@ -189,6 +196,11 @@ def build_parser():
     sub.add_parser("down", help="stop every process and remove the state").set_defaults(func=cmd_down)
     sub.add_parser("status", help="show processes, ports, versions").set_defaults(func=cmd_status)
     sub.add_parser("kubeconfig", help="print the kubeconfig path").set_defaults(func=cmd_kubeconfig)
+    rs = sub.add_parser("restart", help="stop a control-plane process and start it again (kube-apiserver, etcd, "
+                                        "kube-controller-manager, kube-scheduler, kwok)")
+    rs.add_argument("process")
+    rs.add_argument("--down", type=float, default=0.0, help="seconds to stay down before starting again")
+    rs.set_defaults(func=cmd_restart)
     rb = sub.add_parser("reboot", help="reboot a node (NotReady, new bootID, Ready)")
     rb.add_argument("node")
     rb.add_argument("--wait", action="store_true")

@@ -171,8 +171,28 @@ class Cluster(object):
                                 start_new_session=True, cwd=self.dir)
         log.close()
         state["pids"][name] = proc.pid
+        state.setdefault("args", {})[name] = list(args)
         self.save(state)
         return proc
+
+    def restart(self, name, down_seconds=0.0, wait_timeout=120):
+        """Stop one control-plane process and start it again with the same arguments: an
+        API server that restarts under a running rollout, say. Returns the seconds it was
+        down."""
+        state = self.load()
+        if state is None or not self.running():
+            raise SimulatorError("simulator %r is not running" % self.name)
+        args = (state.get("args") or {}).get(name)
+        if not args:
+            raise SimulatorError("%s is not a process of simulator %r that can be restarted (%s)"
+                                 % (name, self.name, ", ".join(sorted(state.get("args") or {})) or "none"))
+        started = time.time()
+        self._stop_pids(dict(state, pids={name: state["pids"][name]}))
+        time.sleep(max(0.0, down_seconds))
+        self._spawn(state, name, args)
+        if name == "kube-apiserver":
+            self._wait_http(state, name, state["server"] + "/readyz", time.time() + wait_timeout, tls=True)
+        return time.time() - started
 
     def _start(self, state, apiserver_port, wait_timeout, node_grace_seconds, eviction_seconds):
         d = self.dir
