@@ -81,12 +81,19 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  stage_timeout:
+    description:
+      - Bounds each stage of the package, together with its check, in seconds or as a
+        duration (V(30m), V(1h30m)); V(0) or unset means no bound beyond each step's own
+        C(timeout). A stage past it is killed and the package is erroring at that stage.
+      - With O(packages), the default for the packages that give none.
+    type: raw
   packages:
     description:
       - Several packages at once, each a mapping with the keys O(name), O(src),
         O(version), O(config), O(env), O(interrupt), O(config_interrupts),
-        O(depends_on) and O(state). They run in C(dependsOn) order; the result has
-        one merged interrupt.
+        O(depends_on), O(state) and O(stage_timeout). They run in C(dependsOn) order;
+        the result has one merged interrupt.
       - Mutually exclusive with O(name) and O(src).
     type: list
     elements: dict
@@ -132,7 +139,7 @@ options:
     type: bool
     default: false
   keep_logs:
-    description: Step logs kept per step under C(/var/log/nodewright/<name>/<version>/).
+    description: Step logs kept per step under C(/var/log/nodewright/<resource>/<name>/<version>/).
     type: int
     default: 5
 attributes:
@@ -148,7 +155,10 @@ notes:
   - Runs as root on the host (chroot needs it for O(host_root) other than V(/)).
   - A step that manages its own idempotence is marked C(idempotent) and always runs;
     any other finished step of C(apply), C(upgrade), C(uninstall) and C(post-interrupt)
-    leaves a flag under C(/var/lib/nodewright/flags/) and is not repeated.
+    leaves a flag under C(/var/lib/nodewright/flags/<resource>/) and is not repeated.
+  - Each step runs under a supervisor that holds the host's package lock until the step
+    ended, so a run that was killed never leaves a step running unseen, and a new run
+    neither starts it a second time nor repeats it once it finished.
 """
 
 EXAMPLES = r"""
@@ -331,6 +341,7 @@ PACKAGE_SPEC = dict(
     name=dict(type="str"), src=dict(type="str"), version=dict(type="str"), config=dict(type="dict"),
     env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
     depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
+    stage_timeout=dict(type="raw"),
 )
 ARGUMENT_SPEC = dict(
     PACKAGE_SPEC,
@@ -387,7 +398,8 @@ def run(p, check_mode):
         try:
             done = run_packages(specs, host_root=p["host_root"], resource=p["resource"],
                                 recorded_state=p["recorded_state"], prune=p["prune"], phase=p["phase"],
-                                check_mode=check_mode, keep_logs=p["keep_logs"])
+                                check_mode=check_mode, keep_logs=p["keep_logs"],
+                                stage_timeout=p["stage_timeout"] if p["packages"] is not None else None)
         except StepFailed as exc:
             state = getattr(exc, "state", None) or {"packages": {}, "status": "erroring"}
             return dict(failed=True, msg=str(exc), plan=getattr(exc, "plan", None),

@@ -397,7 +397,7 @@ def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
     assert t.KEY_REBOOT not in spec["config"]
     applied = run(root, spec)
     assert applied["interrupt"] == {"type": "service", "services": ["systemd-sysctl"]}
-    written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/nvidia-tuning/files").splitlines()]
+    written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/%s/nvidia-tuning/files" % RESOURCE).splitlines()]
     assert written == [t.SYSCTL_FILE]
     assert not exists(root, t.GRUB_FILE) and not exists(root, t.MODPROBE_FILE)
     done = interrupt_and_verify(root, applied)

@@ -7,21 +7,15 @@ that ``kubectl get nodewrights`` shows progress like any other controller."""
 from __future__ import annotations
 
 import datetime
-import json
-
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
 RESOURCE_STATUSES = ("unknown", "complete", "blocked", "waiting", "disabled", "paused", "in_progress", "erroring",
                      "halted")
 
 
 def _node_state(node, resource):
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource))
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {"error": "malformed state annotation"}
-    return value if isinstance(value, dict) else {"error": "malformed state annotation"}
+    return node_state.read_node_state(node, resource)
 
 
 def compute_status(resource, nodes, targets, packages, override=None, message=None, generation=None,

@@ -19,6 +19,7 @@ import uuid
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, require_kubernetes
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
 try:
     from kubernetes import client as k8s_client
@@ -175,20 +176,9 @@ def emit_event(core, node_name, reason, message, event_type="Normal", namespace=
 # --- NodeWright state markers ----------------------------------------------------------
 
 def read_state(node, resource):
-    """The JSON state NodeWright recorded for ``resource`` on this node.
-
-    A hand-edited, malformed annotation is reported, not trusted: {"error": ...}.
-    """
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource))
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        return {"error": "malformed %s annotation: %s" % (markers.state_annotation(resource), exc)}
-    if not isinstance(value, dict):
-        return {"error": "malformed %s annotation: not a JSON object" % markers.state_annotation(resource)}
-    return value
+    """The JSON state NodeWright recorded for ``resource`` on this node (``node/state.py``,
+    the one reader): ``{}``, the state, or ``{"error": ...}`` when it cannot be parsed."""
+    return node_state.read_node_state(node, resource)
 
 
 def aggregate_status(statuses):
@@ -207,6 +197,8 @@ def state_patch(node, resource, status=None, state=None, merge=True):
     if status is not None and status not in markers.STATUSES:
         raise ValidationError("status must be one of %s, got %r" % (", ".join(markers.STATUSES), status),
                               field="status")
+    if state is not None or status is not None:
+        node_state.refuse_to_overwrite(node, resource)
     labels = {}
     annotations = {}
     if status is not None:
@@ -217,7 +209,6 @@ def state_patch(node, resource, status=None, state=None, merge=True):
         labels[markers.LABEL_STATUS] = aggregate_status(per_resource)
     if state is not None:
         new_state = dict(read_state(node, resource)) if merge else {}
-        new_state.pop("error", None)
         new_state.update(state)
         if status is not None:
             new_state["status"] = status
@@ -225,7 +216,6 @@ def state_patch(node, resource, status=None, state=None, merge=True):
         annotations[markers.state_annotation(resource)] = json.dumps(new_state, sort_keys=True)
     elif status is not None:
         new_state = dict(read_state(node, resource))
-        new_state.pop("error", None)
         new_state["status"] = status
         new_state["updated"] = now_iso()
         annotations[markers.state_annotation(resource)] = json.dumps(new_state, sort_keys=True)
