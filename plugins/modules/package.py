@@ -179,6 +179,9 @@ EXAMPLES = r"""
       apply.sh: |
         #!/bin/bash
         echo hello > /etc/hello
+      apply_check.sh: |
+        #!/bin/bash
+        grep -q hello /etc/hello
 
 - name: Several packages in dependsOn order, with the state from the node annotation
   nodewright.fleet.package:

@@ -150,8 +150,9 @@ def ops(sim, crds, tmp_path):
 
 
 def shellscript(**scripts):
-    return {"shellscript": {"version": "1.0.0", "configMap": {k.replace("_", "-") + ".sh": v
-                                                                for k, v in scripts.items()}}}
+    """The shipped shellscript package with Skyhook's configMap keys as they are
+    (apply.sh, apply_check.sh, ...)."""
+    return {"shellscript": {"version": "1.0.0", "configMap": {k + ".sh": v for k, v in scripts.items()}}}
 
 
 def taints(node):
@@ -198,6 +199,7 @@ def test_a_node_that_joins_tainted_gets_its_packages_then_becomes_schedulable(si
     # Before NodeWright is done the scheduler refuses the node, because of the taint.
     wait_for(lambda: unschedulable_for_the_taint(sim, ns, pod), what="the pod refused by the tainted node")
     name = ops.resource("b300", shellscript(apply="echo ready > /etc/ops-runtime\n",
+                                            apply_check="test -s /etc/ops-runtime\n",
                                             config_check="test -s /etc/ops-runtime\n"), runtimeRequired=True)
     assert sim.core.read_namespaced_pod(pod, ns).spec.node_name is None
 
@@ -227,7 +229,8 @@ def test_a_node_that_joins_tainted_gets_its_packages_then_becomes_schedulable(si
 
 def test_a_failing_package_keeps_the_node_tainted_and_says_why(sim, ops):
     (node,) = ops.add_nodes("gb300", taint=True)
-    name = ops.resource("gb300", shellscript(apply="echo 'driver build failed' >&2; exit 3\n"),
+    name = ops.resource("gb300", shellscript(apply="echo 'driver build failed' >&2; exit 3\n",
+                                             apply_check="test -e /etc/ops-driver\n"),
                         runtimeRequired=True, priority=50)
     ns, pod = pending_pod(sim, node)
     proc = ops.once()
@@ -266,7 +269,8 @@ def sample(parsed, name, **labels):
 
 
 def test_the_reconciler_picks_up_a_new_node_and_an_edited_resource(sim, ops):
-    name = ops.resource("gh200", shellscript(apply="echo one > /etc/ops-reconcile\n"), runtimeRequired=True,
+    name = ops.resource("gh200", shellscript(apply="echo one > /etc/ops-reconcile\n",
+                                            apply_check="test -s /etc/ops-reconcile\n"), runtimeRequired=True,
                         autoTaintNewNodes=True)
     port = free_port()
     log = ops.tmp / "reconcile.log"
@@ -294,7 +298,9 @@ def test_the_reconciler_picks_up_a_new_node_and_an_edited_resource(sim, ops):
         # An edited resource is new work.
         ops.custom.patch_cluster_custom_object(GROUP, VERSION, "nodewrights", name, {"spec": {"packages": {
             "shellscript": {"version": "1.0.0", "configMap": {"apply.sh": "echo one > /etc/ops-reconcile\n",
-                                                              "config.sh": "echo two > /etc/ops-edited\n"}}}}})
+                                                              "apply_check.sh": "test -s /etc/ops-reconcile\n",
+                                                              "config.sh": "echo two > /etc/ops-edited\n",
+                                                              "config_check.sh": "test -s /etc/ops-edited\n"}}}}})
         wait_for(lambda: ops.host_file(node, "/etc/ops-edited") == "two\n", timeout=300,
                  what="the edited config applied")
         wait_for(lambda: (sample(scrape(port), "nodewright_runs_total", kind="rollout", result="successful")
@@ -321,7 +327,7 @@ def test_sigterm_abandons_the_run_and_the_next_start_resumes_it(sim, ops):
     # The step waits for a file, so the test decides when it could finish.
     name = ops.resource("gh200", shellscript(
         apply="echo start >> /etc/ops-runs\nwhile [ ! -e /etc/ops-go ]; do sleep 0.2; done\n"
-              "echo done > /etc/ops-done\n"))
+              "echo done > /etc/ops-done\n", apply_check="test -s /etc/ops-done\n"))
     log = ops.tmp / "abandon.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(ops.command("reconcile", "--inventory", ops.inventory, "--workdir", ops.tmp / "work",
@@ -393,7 +399,7 @@ def test_drift_is_found_reported_and_reapplied(sim, ops):
 def test_runner_example_prints_per_node_outcomes_and_the_run_writes_metrics(sim, ops):
     good, bad = ops.add_nodes("b300", 2)
     pathlib.Path(sim.host_root(bad), "etc/ops-fail").write_text("fail here\n")
-    name = ops.resource("b300", shellscript(apply="[ ! -e /etc/ops-fail ] || exit 7\n"))
+    name = ops.resource("b300", shellscript(apply="[ ! -e /etc/ops-fail ] || exit 7\n", apply_check="true\n"))
     textfile = ops.tmp / "nodewright.prom"
     proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", "runner_rollout.py"), "-i",
                            ops.inventory, "-e", "nodewright_resource=%s" % name,
@@ -475,7 +481,8 @@ def test_a_missing_policy_blocks_the_resource_with_a_reason(sim, ops):
 
 def test_a_malformed_node_state_is_reported_and_the_node_left_alone(sim, ops):
     (node,) = ops.add_nodes("gb300")
-    name = ops.resource("gb300", shellscript(apply="echo x > /etc/ops-malformed\n"))
+    name = ops.resource("gb300", shellscript(apply="echo x > /etc/ops-malformed\n",
+                                             apply_check="test -s /etc/ops-malformed\n"))
     key = markers.state_annotation(name)
     sim.core.patch_node(node, {"metadata": {"annotations": {key: "{hand edited"}}})
     proc = ops.once()

@@ -243,7 +243,8 @@ def test_interrupt_requested_at_run_time_drains_the_node_first(sim, tmp_path):
     fleet.create("NodeWright", res, {
         "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
         "packages": {"shellscript": {"version": "1.0.0", "configMap": {
-            "apply.sh": "echo 'service containerd' > \"$NODEWRIGHT_INTERRUPT_FILE\"\n"}}}})
+            "apply.sh": "echo 'service containerd' > \"$NODEWRIGHT_INTERRUPT_FILE\"\n",
+            "apply_check.sh": "test -d /etc\n"}}}})
     plan = fleet.plan(res)
     assert plan["nodes"][n1]["disruptive"] is False
     proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
