@@ -445,7 +445,7 @@ class Reconciler(object):
             text = "; ".join("%s: %s" % (r, e) for r, e in sorted(errors.items()))
             message = ("NodeWright leaves this node alone until its state is fixed or reset "
                        "(nodewright reset %s --resource <name>): %s" % (node_name, text))
-            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", "MalformedState", message)
+            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", markers.REASON_MALFORMED_STATE, message)
             if patch is None:
                 continue
             try:

@@ -38,6 +38,7 @@ def fleet_view(resources, nodes, policies, package_dirs):
         except Exception as exc:  # noqa: BLE001 - one resource's surprise must not stop the others
             blocked.append((resource, "cannot be described (%s: %s); this is a NodeWright bug if the resource "
                                       "is valid" % (type(exc).__name__, exc)))
+    desired_state.apply_sequencing([described for _resource, described in rollouts])
     malformed = {}
     for node in nodes:
         for resource in resources:

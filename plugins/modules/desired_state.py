@@ -139,6 +139,7 @@ def run(module):
             rollouts.append(desired_state.describe(resource, nodes, policies, p["package_dirs"]))
         except NodeWrightError as exc:
             blocked.append({"name": name, "reason": str(exc)})
+    desired_state.apply_sequencing(rollouts)
     result = {"changed": False, "rollouts": rollouts, "blocked": blocked}
     if blocked and p["fail_on_blocked"]:
         result["failed"] = True

@@ -40,6 +40,12 @@ CONDITION_ERRORING = PREFIX + "/Erroring"
 CONDITION_BLOCKED = PREFIX + "/Blocked"
 CONDITION_DRIFT = PREFIX + "/Drift"
 
+# Condition of a NodeWright resource (and the reason of the Event on it) while one of
+# its nodes waits for non-interruptible pods; upstream NodeWright's name.
+CONDITION_NON_INTERRUPT = "NonInterruptPodsRunning"
+# Reason of the Erroring condition on a node whose state annotation cannot be parsed.
+REASON_MALFORMED_STATE = "MalformedState"
+
 # Event reasons
 EVENT_CORDON = "NodeWrightCordon"
 EVENT_UNCORDON = "NodeWrightUncordon"

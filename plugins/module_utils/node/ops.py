@@ -154,13 +154,15 @@ def set_cordon(core, name, state, force=False, reason=None, resource=None, check
 
 # --- events --------------------------------------------------------------------------
 
-def emit_event(core, node_name, reason, message, event_type="Normal", namespace="default"):
-    """Record a Kubernetes Event on the node. Never fails the caller: events are advisory."""
+def emit_event(core, node_name, reason, message, event_type="Normal", namespace="default", involved=None):
+    """Record a Kubernetes Event on the node (or on ``involved``, an object reference
+    such as a NodeWright resource). Never fails the caller: events are advisory."""
     ts = now_iso()
+    involved = involved or {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"}
     body = {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": "%s.nodewright.%s" % (node_name, uuid.uuid4().hex[:10]), "namespace": namespace},
-        "involvedObject": {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"},
+        "metadata": {"name": "%s.nodewright.%s" % (involved["name"], uuid.uuid4().hex[:10]), "namespace": namespace},
+        "involvedObject": involved,
         "reason": reason, "message": message[:1024], "type": event_type,
         "source": {"component": "nodewright"}, "reportingComponent": "nodewright",
         "reportingInstance": socket.gethostname(),
@@ -179,6 +181,34 @@ def read_state(node, resource):
     """The JSON state NodeWright recorded for ``resource`` on this node (``node/state.py``,
     the one reader): ``{}``, the state, or ``{"error": ...}`` when it cannot be parsed."""
     return node_state.read_node_state(node, resource)
+
+
+def resource_ref(name):
+    """The object reference of a NodeWright resource, for Events about it."""
+    return {"kind": "NodeWright", "name": name, "apiVersion": "%s/%s" % (markers.API_GROUP, markers.API_VERSION)}
+
+
+def set_resource_condition(core, resource, condition):
+    """Set one condition in a NodeWright resource's status (read, replace that type,
+    write with the resourceVersion read). Advisory: returns False when the resource
+    is not there or the write lost a race, never raises."""
+    try:
+        custom = k8s_client.CustomObjectsApi(core.api_client)
+        current = custom.get_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
+                                                          resource)
+        status = current.get("status") or {}
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
+        old = next((c for c in status.get("conditions") or [] if c.get("type") == condition["type"]), None)
+        if old and all(old.get(k) == condition.get(k) for k in ("status", "reason", "message")):
+            return True
+        condition = dict(condition, lastTransitionTime=now_iso())
+        body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "status": {"conditions": conditions + [condition]}}
+        custom.patch_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights", resource,
+                                                  body)
+        return True
+    except Exception:  # noqa: BLE001 - a status note is never worth failing maintenance for
+        return False
 
 
 def aggregate_status(statuses):

@@ -25,8 +25,7 @@ import json
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 
-# Reason of the nodewright.io/Erroring condition on a node whose state cannot be read.
-REASON_MALFORMED = "MalformedState"
+REASON_MALFORMED = markers.REASON_MALFORMED_STATE
 
 
 class UnreadableState(ValidationError):
