@@ -23,6 +23,15 @@ run the rollout when there is new or changed work.
   every step of the safe sequence records itself on the node first, so the next
   reconciler resumes it (NodeWright's own cordon is recognised, finished package
   steps are not repeated, a pending reboot is verified by boot id).
+* Deletion: a resource with a package whose ``uninstall.enabled`` is true gets the
+  finalizer ``nodewright.io/uninstall``; once it is deleted, its packages are
+  uninstalled from the nodes that record them (``playbooks/uninstall.yml``, the
+  safe sequence in waves under its policy) and then the finalizer is removed
+  (``fleet/deletion.py``). A failed uninstall leaves the resource there with the
+  reason (condition ``Deleting``) and is retried; it holds nothing else up.
+* Reboots: a runtimeRequired node that rebooted outside NodeWright, whose resource
+  re-applies its packages then (``reapplyOnReboot``), gets the runtime-required
+  taint back until they are complete again.
 * Drift: every ``drift_interval`` seconds, when idle, the check stages of completed
   nodes run again (``playbooks/drift.yml`` of this package); drifted nodes get the
   ``nodewright.io/Drift`` condition, an Event and a metric, and with
@@ -42,7 +51,7 @@ import time
 from nodewright_cli import collection, runner, status
 from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion, drift
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
@@ -135,9 +144,10 @@ def work_of(view):
     return work
 
 
-def work_fingerprint(view, work):
+def work_fingerprint(view, work, uninstalls=None):
     generations = {d["name"]: d.get("generation") for _r, d in view["rollouts"]}
-    return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items()))
+    return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items())) + \
+        tuple(sorted(("uninstall", name, tuple(u["nodes"])) for name, u in (uninstalls or {}).items()))
 
 
 def rollout_limit(malformed):
@@ -368,16 +378,72 @@ class Reconciler(object):
         view = status.fleet_view(managed, nodes, self.caches["deploymentpolicies"], self.package_dirs)
         self._surface_resources(view, nodes)
         self._surface_malformed(view["malformed"], nodes)
+        uninstalls = self._handle_deletions(view, nodes)
         work = work_of(view)
-        busy = {n for names in work.values() for n in names} | set(view["malformed"])
+        self._retaint_rebooted(view, work)
+        busy = {n for names in work.values() for n in names} | set(view["malformed"]) | \
+            {n for u in uninstalls.values() for n in u["nodes"]}
         if not (self.worker is not None and self.worker.is_alive()):
             self._open_ready_gates(nodes, managed, busy)  # the run in progress opens its own nodes' gates
         self._update_metrics(view, nodes)
-        if work:
-            self._maybe_run(view, work, reasons, run_inline)
+        if work or uninstalls:
+            self._maybe_run(view, work, reasons, run_inline, uninstalls)
         else:
             LOG.debug("pass %d: no work (%s)", self.passes, ", ".join(reasons[:5]))
         return view
+
+    # --------------------------------------------------------------------- deletion, reboots
+    def _handle_deletions(self, view, nodes):
+        """Finalizers and the uninstall of deleted resources (``fleet/deletion.py``).
+        Returns ``{resource: decision}`` for the uninstalls to run."""
+        described = {d["name"]: d for _r, d in view["rollouts"]}
+        blocked = {_name(r): reason for r, reason in view["blocked"]}
+        uninstalls = {}
+        for resource in self.managed():
+            name = _name(resource)
+            decision = deletion.decide(resource, nodes, described.get(name), blocked.get(name))
+            action = decision["action"]
+            try:
+                if action == deletion.ADD_FINALIZER:
+                    self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, True))
+                    LOG.info("NodeWright %s: finalizer %s added (%s)", name, deletion.FINALIZER, decision["reason"])
+                elif action == deletion.REMOVE_FINALIZER:
+                    for node in nodes:
+                        patch = node_ops.clear_marks_patch(node, name)
+                        if patch:
+                            self.cluster.patch_node(_name(node), patch)
+                    self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, False))
+                    LOG.info("NodeWright %s: finalizer removed, the resource goes (%s)", name, decision["reason"])
+                elif action in (deletion.UNINSTALL, deletion.BLOCKED):
+                    failure = self.reported.get(("uninstall-failed", name))
+                    node_ops.set_resource_condition(self.cluster.core, name,
+                                                    deletion.deleting_condition(decision, failure))
+                    self._report_once(("deleting", name), "NodeWright %s is being deleted: %s"
+                                      % (name, failure or decision["reason"]),
+                                      logging.WARNING if action == deletion.BLOCKED else logging.INFO)
+                    if action == deletion.UNINSTALL:
+                        uninstalls[name] = decision
+            except NodeWrightError as exc:
+                LOG.error("NodeWright %s: %s failed: %s", name, action, exc)
+        return uninstalls
+
+    def _retaint_rebooted(self, view, work):
+        """A runtimeRequired node that rebooted and is to re-apply its packages
+        (reapplyOnReboot) gets the runtime-required taint back until they are done."""
+        rollouts = [d for _r, d in view["rollouts"]]
+        for name in sorted({n for names in work.values() for n in names}):
+            node = self.caches["nodes"].get(name)
+            if node is None:
+                continue
+            ok, why = gating.retaint_after_reboot(name, node, rollouts, self.opts.taint_key)
+            if not ok:
+                continue
+            try:
+                gating.add_taint(self.cluster.core, name, self.opts.taint_key, reason=why)
+                self.cluster.event(name, markers.EVENT_REAPPLY, why)
+                LOG.info("tainted %s with %s: %s", name, self.opts.taint_key, why)
+            except NodeWrightError as exc:
+                LOG.error("could not taint rebooted node %s: %s", name, exc)
 
     def _report_once(self, key, text, level=logging.INFO):
         if self.reported.get(key) != text:
@@ -445,7 +511,8 @@ class Reconciler(object):
             text = "; ".join("%s: %s" % (r, e) for r, e in sorted(errors.items()))
             message = ("NodeWright leaves this node alone until its state is fixed or reset "
                        "(nodewright reset %s --resource <name>): %s" % (node_name, text))
-            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", markers.REASON_MALFORMED_STATE, message)
+            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", markers.REASON_MALFORMED_STATE,
+                                             message)
             if patch is None:
                 continue
             try:
@@ -477,12 +544,13 @@ class Reconciler(object):
                 LOG.error("runtime gate of node %s: %s", name, exc)
 
     # --------------------------------------------------------------------- runs
-    def _maybe_run(self, view, work, reasons, run_inline):
+    def _maybe_run(self, view, work, reasons, run_inline, uninstalls=None):
+        uninstalls = uninstalls or {}
         if self.worker is not None and self.worker.is_alive():
             return  # the run's end marks the cluster dirty again
         if self.stopping.is_set():
             return
-        fingerprint = work_fingerprint(view, work)
+        fingerprint = work_fingerprint(view, work, uninstalls)
         last = self.last_rollout
         if last and last["fingerprint"] == fingerprint:
             wait = last["finished"] + self.opts.retry_interval - time.monotonic()
@@ -491,17 +559,32 @@ class Reconciler(object):
                 self._report_once("retry", "the same work as the last run (%s): trying again in %ds"
                                   % (last["status"], wait))
                 return
-        summary = "; ".join("%s: %s" % (r, ", ".join(n)) for r, n in sorted(work.items()))
+        summary = "; ".join(["%s: %s" % (r, ", ".join(n)) for r, n in sorted(work.items())] +
+                            ["uninstall of deleted %s: %s" % (r, ", ".join(u["nodes"]))
+                             for r, u in sorted(uninstalls.items())])
         LOG.info("starting a rollout for %s (after %s)", summary, ", ".join(reasons[:5]) or "a resync")
         limit = rollout_limit(view["malformed"])
         extravars = dict(self.opts.extravars, nodewright_taint_key=self.opts.taint_key)
         # Every resource in one run (a node gets its resources in one maintenance), or,
         # when this reconciler manages a selection, each of its resources by name.
-        names = [None] if self.selector is None else \
-            [d["name"] for _r, d in view["rollouts"] if d["name"] in work]
+        names = ([None] if self.selector is None else
+                 [d["name"] for _r, d in view["rollouts"] if d["name"] in work]) if work else []
 
         def job():
             results = []
+            for name, decision in sorted(uninstalls.items()):
+                if self.stopping.is_set():
+                    break
+                try:
+                    result = self.run_playbook(
+                        collection.playbook("uninstall.yml"), "uninstall", self.inventory, self.workdir,
+                        extravars=dict(extravars, nodewright_resource=name, nodewright_uninstall_nodes=decision["nodes"],
+                                       nodewright_uninstall_packages=decision["packages"]),
+                        limit=limit, cancel=self._cancel_run)
+                    result.resource = name
+                    results.append(result)
+                except Exception as exc:  # noqa: BLE001 - reported; the reconciler keeps going
+                    results.append(exc)
             for name in names:
                 if self.stopping.is_set():
                     break
@@ -535,10 +618,17 @@ class Reconciler(object):
                 LOG.warning("  %s: %s", host, text)
             if not result.success and state == "successful":
                 state = result.status
+            resource = getattr(result, "resource", None)
+            if resource and result.kind == "uninstall":
+                if result.success:
+                    self.reported.pop(("uninstall-failed", resource), None)
+                else:
+                    why = "; ".join("%s: %s" % (h, t) for h, t in sorted(result.messages.items())) or result.status
+                    self.reported[("uninstall-failed", resource)] = "its uninstall failed (%s)" % why[:900]
             duration += result.duration
             for outcome, count in result.outcomes().items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
-            self.run_metrics.inc("nodewright_runs_total", kind="rollout", result=result.status)
+            self.run_metrics.inc("nodewright_runs_total", kind=result.kind, result=result.status)
         if any(isinstance(r, Exception) for r in results):
             self.run_metrics.inc("nodewright_runs_total", kind="rollout", result="error")
         nw_metrics.run_metrics(self.run_metrics, "rollout", duration, state == "successful", time.time(), outcomes)

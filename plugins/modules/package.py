@@ -88,11 +88,18 @@ options:
         C(timeout). A stage past it is killed and the package is erroring at that stage.
       - With O(packages), the default for the packages that give none.
     type: raw
+  reapply_on_reboot:
+    description:
+      - Apply the package again (C(apply) and C(config), finished steps included) when the
+        node rebooted since it was complete - its boot id differs from the one recorded then.
+        A NodeWright resource's C(reapplyOnReboot) sets it.
+    type: bool
+    default: false
   packages:
     description:
       - Several packages at once, each a mapping with the keys O(name), O(src),
         O(version), O(config), O(env), O(interrupt), O(config_interrupts),
-        O(depends_on), O(state) and O(stage_timeout). They run in C(dependsOn) order;
+        O(depends_on), O(state), O(stage_timeout) and O(reapply_on_reboot). They run in C(dependsOn) order;
         the result has one merged interrupt.
       - Mutually exclusive with O(name) and O(src).
     type: list
@@ -344,7 +351,7 @@ PACKAGE_SPEC = dict(
     name=dict(type="str"), src=dict(type="str"), version=dict(type="str"), config=dict(type="dict"),
     env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
     depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
-    stage_timeout=dict(type="raw"),
+    stage_timeout=dict(type="raw"), reapply_on_reboot=dict(type="bool", default=False),
 )
 ARGUMENT_SPEC = dict(
     PACKAGE_SPEC,

@@ -263,3 +263,66 @@ def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(roo
     assert "finished in a run that did not return" in apply_step["reason"]
     assert result["state"]["packages"]["shellscript"]["state"] == "complete"
     assert not exists(root, "/var/lib/nodewright/step.json")
+
+
+# --------------------------------------------------------------------------- stage timeouts, reruns, uninstall-interrupt
+
+def counting(tmp_path, interrupt=None, apply_body=None):
+    config = {"apply.sh": apply_body or 'echo x >> /var/lib/count-runs', "apply_check.sh": "test -s /var/lib/count-runs",
+              "uninstall.sh": "rm -f /var/lib/count-runs", "uninstall_check.sh": "test ! -e /var/lib/count-runs"}
+    spec = {"src": SHELLSCRIPT, "name": "shellscript", "config": config}
+    if interrupt:
+        spec["interrupt"] = interrupt
+    return spec
+
+
+def test_a_stage_past_its_timeout_marks_the_package_erroring_with_the_stage_named(root, tmp_path):
+    spec = dict(counting(tmp_path, apply_body="echo x >> /var/lib/count-runs; sleep 60"), stage_timeout="1s")
+    with pytest.raises(StepFailed) as caught:
+        run_packages([spec], host_root=root, resource="r")
+    assert "step 'apply' of stage apply was killed: stage apply ran past its stageTimeout of 1s" in str(caught.value)
+    assert "stageTimeout" in caught.value.hint
+    entry = caught.value.state["packages"]["shellscript"]
+    assert (entry["stage"], entry["state"]) == ("apply", "erroring")
+    assert entry["checks"]["apply-check"]["result"] == "not-run"
+
+
+def test_a_negative_stage_timeout_is_refused_before_the_node_is_touched(root, tmp_path):
+    before = snapshot(root)
+    with pytest.raises(ValidationError) as caught:
+        run_packages([dict(counting(tmp_path), stage_timeout="-5m")], host_root=root, resource="r")
+    assert caught.value.field == "packages[0].stage_timeout" and "must not be negative" in str(caught.value)
+    assert snapshot(root) == before
+
+
+def test_a_rerun_runs_finished_steps_again(root, tmp_path):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import mark_rerun
+    first = run_packages([counting(tmp_path)], host_root=root, resource="r")
+    assert not run_packages([counting(tmp_path)], host_root=root, resource="r")["changed"]
+    again = run_packages([counting(tmp_path)], host_root=root, resource="r",
+                         recorded_state=mark_rerun(first["state"], "shellscript", "apply"))
+    assert [(r["action"], r["stages"]) for r in again["results"]] == [("rerun", ["apply", "config"])]
+    assert read(root, "/var/lib/count-runs") == "x\nx\n", "the finished apply step ran again"
+    assert "rerun" not in again["state"]["packages"]["shellscript"]
+    assert again["state"]["status"] == "complete"
+
+
+def test_an_uninstall_asks_for_the_package_interrupt_then_the_entry_goes(root, tmp_path):
+    reboot = {"type": "reboot"}
+    applied = run_packages([counting(tmp_path, reboot)], host_root=root, resource="r")
+    hostroot.boot(root)
+    run_packages([], host_root=root, resource="r", phase="post-interrupt")
+    removed = run_packages([dict(counting(tmp_path, reboot), state="absent")], host_root=root, resource="r")
+    assert applied["interrupt"]["type"] == "reboot"
+    assert removed["interrupt"] == {"type": "reboot", "services": []}
+    entry = removed["state"]["packages"]["shellscript"]
+    assert (entry["stage"], entry["state"]) == ("uninstall-interrupt", "in_progress")
+    assert not exists(root, "/var/lib/count-runs") and removed["state"]["status"] == "in_progress"
+    waiting = run_packages([dict(counting(tmp_path, reboot), state="absent")], host_root=root, resource="r")
+    assert [r["action"] for r in waiting["results"]] == ["interrupt"] and waiting["interrupt"]["type"] == "reboot"
+    with pytest.raises(StepFailed) as caught:
+        run_packages([], host_root=root, resource="r", phase="post-interrupt")
+    assert "has not rebooted" in str(caught.value)
+    hostroot.boot(root)
+    done = run_packages([], host_root=root, resource="r", phase="post-interrupt")
+    assert done["state"] == {"packages": {}, "status": "complete"}

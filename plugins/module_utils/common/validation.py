@@ -99,4 +99,5 @@ def parse_duration(value, where, what="duration", allow_none=True):
         return int(text)
     if not re.match(DURATION_PATTERN, text):
         raise ValidationError("%s %r is not a duration" % (what, value), field=where, hint=hint)
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+    total = sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+    return int(total) if total == int(total) else total

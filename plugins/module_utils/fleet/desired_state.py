@@ -26,7 +26,8 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
 ``nodes``                   per target: ``actions`` per package, ``interrupt``,
                             ``changed``, ``disruptive``, ``packages`` (plan entries)
 ``packages``                the package module's specs, sources resolved; each with
-                            ``stage_timeout`` (seconds) when one applies and
+                            ``stage_timeout`` (seconds) when one applies,
+                            ``reapply_on_reboot`` with ``reapplyOnReboot`` and
                             ``state: absent`` for a package with ``uninstall.apply``
 ``non_interruptible``       ``podNonInterruptLabels``
 ``runtime_required``        ``runtimeRequired``
@@ -43,7 +44,10 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
                             ``work`` is empty
 ``uninstall``               ``{enabled: [packages], apply: [packages]}``: the packages
                             uninstalled when the resource is deleted, and now
-``reapply_on_reboot``       ``reapplyOnReboot`` (``reboot_reapply`` in ``fleet/reboots.py``)
+``reapply_on_reboot``       ``reapplyOnReboot``: the package module applies a complete
+                            package again when the node's boot id changed since
+                            (its specs carry it), and the reconciler re-taints a
+                            runtimeRequired node for that (``gating.retaint_after_reboot``)
 ``runtime_required_cordon_after``  ``runtimeRequiredCordonAfter`` (the gate's decision)
 ``malformed``               ``[{node, resource, message}]``: targets whose state
                             annotation cannot be parsed; they are left out of ``work``
@@ -168,6 +172,8 @@ def package_specs(resource, package_dirs):
             else default_timeout
         if timeout:
             spec["stage_timeout"] = timeout
+        if resource["spec"].get("reapplyOnReboot"):
+            spec["reapply_on_reboot"] = True
         package = load_package(src)
         # version, expected config and the check scripts are checked here
         package_planner.desired_from_spec(spec, package, where=where, config_field="configMap")

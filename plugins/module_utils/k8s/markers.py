@@ -27,6 +27,9 @@ LABEL_NODE_POD = PREFIX + "/node-pod"
 ANNOTATION_CORDONED_BY = PREFIX + "/cordoned-by"
 ANNOTATION_STATE_PREFIX = PREFIX + "/state-"
 ANNOTATION_BLOCKED_BY = PREFIX + "/blocked-by"
+# The persistent cordon of runtimeRequiredCordonAfter: set when the runtime-required
+# gate opened; NodeWright never lifts a cordon it records here.
+ANNOTATION_RUNTIME_CORDON = PREFIX + "/runtime-required-cordon"
 
 # Resource annotations (on NodeWright objects)
 ANNOTATION_PAUSE = PREFIX + "/pause"
@@ -58,6 +61,7 @@ EVENT_FAILED = "NodeWrightFailed"
 EVENT_COMPLETE = "NodeWrightComplete"
 EVENT_DRIFT = "NodeWrightDrift"
 EVENT_RUNTIME_READY = "NodeWrightRuntimeReady"
+EVENT_REAPPLY = "NodeWrightReapply"
 
 # Node status values (label value and state annotation "status")
 STATUS_COMPLETE = "complete"

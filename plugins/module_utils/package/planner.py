@@ -27,7 +27,8 @@ config         same version, some config keys changed                     config
 resume         same version, the last run failed at a stage               that stage onwards (config
                                                                           too when keys changed)
 rerun          a stage was asked to run again (``nodewright package       that stage onwards, finished
-               rerun``, re-apply after a reboot)                          steps run again
+               rerun``), or the node rebooted since the package was       steps run again
+               complete and it is to be applied again (reapplyOnReboot)
 uninstall      ``state: absent``, or not desired and ``prune``            uninstall
 interrupt      done, but the interrupt it asked for has not happened yet  (none)
 post-interrupt the interrupt happened (phase ``post-interrupt``, or a     post-interrupt
@@ -213,6 +214,34 @@ def finalize_state(state):
     return out
 
 
+def mark_rerun(state, name, stage):
+    """A copy of a node state in which package ``name`` is to run ``stage`` again (and
+    what follows it), finished steps included: what ``nodewright package rerun`` writes.
+    Raises ``ValidationError`` when the package is not recorded or the stage cannot be
+    rerun."""
+    if stage not in RERUN_STAGES:
+        raise ValidationError("stage %r cannot be run again" % (stage,), field="stage",
+                              hint="one of %s" % ", ".join(sorted(RERUN_STAGES)))
+    new = normalize_state(state)
+    entry = new["packages"].get(name)
+    if entry is None:
+        raise ValidationError("package %r is not recorded on the node" % name, field="package",
+                              hint="recorded: %s" % (", ".join(sorted(new["packages"])) or "none"))
+    if entry.get("stage") in PENDING_STAGES:
+        raise ValidationError("package %r waits for its %s interrupt; a rerun would skip it" % (
+            name, (entry.get("interrupt") or NOOP)["type"]), field="stage",
+            hint="let the rollout perform the interrupt first")
+    if stage == "upgrade" and not entry.get("fromVersion"):
+        raise ValidationError("package %r has no unfinished upgrade to run again" % name, field="stage",
+                              hint="rerun apply or config instead")
+    entry = dict(entry, rerun=stage, state=STATE_IN_PROGRESS)
+    new["packages"][name] = entry
+    full = dict(state) if isinstance(state, dict) else {}
+    full["packages"] = new["packages"]
+    full["status"] = STATUS_IN_PROGRESS
+    return full
+
+
 def reboot_happened(recorded, boot_id):
     """Whether the reboot ``recorded`` (an entry at a pending stage) waits for has
     happened: the node's boot id differs from the one recorded when it was asked for."""
@@ -290,12 +319,12 @@ def normalize_desired(spec, index=0):
         "interrupt": normalize_interrupt(spec.get("interrupt"), field_path(where, "interrupt")),
         "configInterrupts": {k: normalize_interrupt(v, field_path(field_path(where, "configInterrupts"), k))
                              for k, v in config_interrupts.items()},
-        "dependsOn": dict(deps),
+        "dependsOn": dict(deps), "reapplyOnReboot": bool(spec.get("reapplyOnReboot")),
     }
 
 
 PACKAGE_SPEC_KEYS = ("name", "src", "version", "config", "env", "interrupt", "config_interrupts", "depends_on",
-                     "state", "stage_timeout")
+                     "state", "stage_timeout", "reapply_on_reboot")
 
 
 def desired_from_spec(spec, package=None, index=0, where=None, config_field="config"):
@@ -338,7 +367,7 @@ def desired_from_spec(spec, package=None, index=0, where=None, config_field="con
 
     return {
         "name": name, "state": state, "version": package.version if package else spec.get("version"),
-        "config": config, "where": where,
+        "config": config, "where": where, "reapplyOnReboot": bool(spec.get("reapply_on_reboot")),
         "interrupt": pick("interrupt", package.interrupt.to_dict() if package else None),
         "configInterrupts": pick("config_interrupts", {k: v.to_dict() for k, v in package.config_interrupts.items()}
                                  if package else {}),
@@ -425,6 +454,14 @@ def plan_package(desired, recorded, boot_id=None):
         return _entry(name, ACTION_DOWNGRADE, "%s -> %s: uninstall %s, apply %s" % (have, version, have, version),
                       version, from_version=have, stages=["uninstall", "apply", "config"],
                       interrupt=merge_interrupts([desired["interrupt"], pending]), depends_on=deps)
+    if desired.get("reapplyOnReboot") and state == STATE_COMPLETE and stage not in PENDING_STAGES \
+            and boot_id and recorded.get("bootId") and recorded["bootId"] != boot_id:
+        entry = _entry(name, ACTION_RERUN, "the node rebooted since %s completed (boot id %s -> %s): applying it "
+                       "again (reapplyOnReboot)" % (version, recorded["bootId"], boot_id), version,
+                       stages=["apply", "config"], interrupt=merge_interrupts([desired["interrupt"]] + key_interrupts),
+                       changed=keys, depends_on=deps, rerun=True)
+        entry["after_reboot"] = True
+        return entry
     rerun = recorded.get("rerun")
     if rerun in RERUN_STAGES:
         stages = list(RERUN_STAGES[rerun])
