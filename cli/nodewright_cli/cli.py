@@ -10,6 +10,9 @@
     nodewright ignore NODE [--undo]
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
+    nodewright node list|status NODE
+    nodewright package logs NODE PACKAGE [--stage S] [-f] | rerun NODE PACKAGE --stage S
+    nodewright version
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -141,6 +144,8 @@ def build_parser():
                                               "starts again from its first batch)")
     rb.add_argument("name", help="NodeWright resource")
     rb.add_argument("--dry-run", action="store_true")
+    from nodewright_cli import triage
+    COMMANDS.update(triage.register(sub, _env, _cluster))
     return p
 
 

@@ -44,7 +44,10 @@ def ensure_importable():
                              "it (ansible-galaxy collection install) or set ANSIBLE_COLLECTIONS_PATH"
                              % ", ".join(candidate_roots()))
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
-    fleet = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(markers.__file__))))
+    # .../ansible_collections/nodewright/fleet/plugins/module_utils/k8s/markers.py
+    fleet = os.path.abspath(markers.__file__)
+    for _level in range(4):
+        fleet = os.path.dirname(fleet)
     return os.path.dirname(os.path.dirname(os.path.dirname(fleet)))
 
 

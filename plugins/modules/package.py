@@ -135,9 +135,26 @@ options:
         C(config-check) and C(post-interrupt-check) stages of every package the node state
         records as complete, from the copy kept on the host, and returns RV(drifted). A
         package whose check fails does not fail the task.
+      - V(logs) returns the step logs of package O(name) (of O(stage) only, when given) and the
+        step running now, changing nothing - C(nodewright package logs).
+      - V(rerun) marks stage O(stage) of package O(name) to run again, finished steps included,
+        in the state the host keeps; the next O(phase=main) run does it (C(nodewright package rerun)).
     type: str
-    choices: [main, post-interrupt, check]
+    choices: [main, post-interrupt, check, logs, rerun]
     default: main
+  stage:
+    description:
+      - With O(phase=logs), only the logs of this stage (C(apply), C(apply-check), ...).
+      - With O(phase=rerun), the stage to run again - C(apply), C(config), C(upgrade) or C(post-interrupt).
+    type: str
+  log_offsets:
+    description: With O(phase=logs), log path to the bytes already read (to follow a running step).
+    type: dict
+    default: {}
+  all_logs:
+    description: With O(phase=logs), every kept log of each step instead of the latest one.
+    type: bool
+    default: false
   reapply:
     description:
       - With O(phase=check), mark each drifted package in the host's state as in progress at the
@@ -296,6 +313,17 @@ reapply:
   returned: when O(phase=check)
   type: list
   elements: str
+logs:
+  description:
+    - With O(phase=logs), the logs, oldest first, each with C(path) (on the host), C(stage), C(step),
+      C(started), C(size), C(offset), C(text) (from the offset) and C(live) (the step runs now).
+  returned: when O(phase=logs)
+  type: list
+  elements: dict
+running:
+  description: With O(phase=logs), the record of the package's step running now, or null.
+  returned: when O(phase=logs)
+  type: dict
 annotation:
   description: The annotation key and its value (compact JSON of RV(state)) to write on the Node.
   returned: always
@@ -322,6 +350,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner i
     pending_interrupt,
     plan_summary,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import triage
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
     StepFailed,
     check_packages,
@@ -360,7 +389,10 @@ ARGUMENT_SPEC = dict(
     resource=dict(type="str", default="default"),
     recorded_state=dict(type="raw"),
     prune=dict(type="bool", default=False),
-    phase=dict(type="str", choices=["main", "post-interrupt", "check"], default="main"),
+    phase=dict(type="str", choices=["main", "post-interrupt", "check", "logs", "rerun"], default="main"),
+    stage=dict(type="str"),
+    log_offsets=dict(type="dict", default={}),
+    all_logs=dict(type="bool", default=False),
     keep_logs=dict(type="int", default=5),
     reapply=dict(type="bool", default=False),
 )
@@ -376,6 +408,10 @@ def run(p, check_mode):
         specs = [{k: p[k] for k in PACKAGE_SPEC_KEYS if p[k] is not None}]
     elif p["phase"] in ("post-interrupt", "check"):
         specs = []
+    elif p["phase"] in ("logs", "rerun"):
+        specs = []
+        if not p["name"]:
+            return dict(failed=True, msg="phase %s needs the package's name" % p["phase"])
     else:
         return dict(failed=True, msg="give name or src (one package) or packages (a list, may be empty)")
     if not os.path.isdir(p["host_root"]):
@@ -384,6 +420,31 @@ def run(p, check_mode):
     def annotation(state):
         return dict(key=state_annotation(p["resource"]),
                     value=json.dumps(state, sort_keys=True, separators=(",", ":")))
+
+    if p["phase"] == "logs":
+        try:
+            found = triage.read_logs(p["host_root"], p["resource"], p["name"], stage=p["stage"],
+                                     offsets=p["log_offsets"], every=p["all_logs"])
+        except NodeWrightError as exc:
+            return dict(failed=True, msg=str(exc))
+        except OSError as exc:
+            return dict(failed=True, msg="reading logs on host root %s failed: %s" % (p["host_root"], exc))
+        what = "%d log(s) of %s %s" % (len(found["logs"]), p["name"], found["version"] or "(no version recorded)")
+        return dict(changed=False, msg=what + (", step %s running" % found["running"]["step"]
+                                               if found["running"] else ""), **found)
+
+    if p["phase"] == "rerun":
+        if not p["stage"]:
+            return dict(failed=True, msg="phase rerun needs the stage to run again (stage: apply, config, "
+                                         "upgrade or post-interrupt)")
+        try:
+            state = triage.recorded(p["host_root"], p["resource"]) if check_mode else \
+                triage.mark_rerun_on_host(p["host_root"], p["resource"], p["name"], p["stage"])
+        except NodeWrightError as exc:
+            return dict(failed=True, msg=str(exc))
+        return dict(changed=not check_mode, state=state, annotation=annotation(state),
+                    msg="%s: stage %s runs again at the next rollout (finished steps included)"
+                        % (p["name"], p["stage"]))
 
     if p["phase"] == "check":
         try:

@@ -243,3 +243,20 @@ def test_bad_input_fails_before_anything_changes(sim, tmp_path, args, message):
     res = host_result(proc, target, "Drain")
     assert res["failed"] and message in res["msg"], res
     assert spec_and_metadata(sim, target) == before
+
+
+def test_a_failed_noop_package_says_the_node_was_never_cordoned(sim, tmp_path):
+    (n1,) = sim.add_nodes("h200", 1)
+    root = sim.host_root(n1)
+    work = tmp_path / "work.yml"
+    work.write_text(json.dumps([{"name": "Run a failing noop package", "nodewright.fleet.package": {
+        "name": "shellscript", "host_root": root, "resource": RES,
+        "config": {"apply.sh": "exit 4\n", "apply_check.sh": "true\n"}}}]))
+    proc = sim.playbook(tmp_path, safe_update_play(safe_update_disruptive=False, safe_update_work_tasks=str(work)),
+                        hosts=[n1])
+    assert proc.returncode != 0
+    fail = host_result(proc, n1, "Fail with the reason")
+    assert "not cordoned (it was never taken out of work)" in fail["msg"]
+    assert "left cordoned" not in fail["msg"]
+    assert not node(sim, n1).spec.unschedulable
+    assert labels(sim, n1)["nodewright.io/status-%s" % RES] == "erroring"
