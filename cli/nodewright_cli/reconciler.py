@@ -49,9 +49,10 @@ import threading
 import time
 
 from nodewright_cli import collection, runner, status
+from nodewright_cli.lifecycle import LifecycleMixin
 from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion, drift
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
@@ -157,7 +158,7 @@ def rollout_limit(malformed):
     return ":".join(["localhost", "all"] + ["!%s" % n for n in sorted(malformed)])
 
 
-class Reconciler(object):
+class Reconciler(LifecycleMixin):
     def __init__(self, cluster, options, run_playbook=runner.run_playbook):
         self.cluster = cluster
         self.opts = options
@@ -391,59 +392,6 @@ class Reconciler(object):
         else:
             LOG.debug("pass %d: no work (%s)", self.passes, ", ".join(reasons[:5]))
         return view
-
-    # --------------------------------------------------------------------- deletion, reboots
-    def _handle_deletions(self, view, nodes):
-        """Finalizers and the uninstall of deleted resources (``fleet/deletion.py``).
-        Returns ``{resource: decision}`` for the uninstalls to run."""
-        described = {d["name"]: d for _r, d in view["rollouts"]}
-        blocked = {_name(r): reason for r, reason in view["blocked"]}
-        uninstalls = {}
-        for resource in self.managed():
-            name = _name(resource)
-            decision = deletion.decide(resource, nodes, described.get(name), blocked.get(name))
-            action = decision["action"]
-            try:
-                if action == deletion.ADD_FINALIZER:
-                    self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, True))
-                    LOG.info("NodeWright %s: finalizer %s added (%s)", name, deletion.FINALIZER, decision["reason"])
-                elif action == deletion.REMOVE_FINALIZER:
-                    for node in nodes:
-                        patch = node_ops.clear_marks_patch(node, name)
-                        if patch:
-                            self.cluster.patch_node(_name(node), patch)
-                    self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, False))
-                    LOG.info("NodeWright %s: finalizer removed, the resource goes (%s)", name, decision["reason"])
-                elif action in (deletion.UNINSTALL, deletion.BLOCKED):
-                    failure = self.reported.get(("uninstall-failed", name))
-                    node_ops.set_resource_condition(self.cluster.core, name,
-                                                    deletion.deleting_condition(decision, failure))
-                    self._report_once(("deleting", name), "NodeWright %s is being deleted: %s"
-                                      % (name, failure or decision["reason"]),
-                                      logging.WARNING if action == deletion.BLOCKED else logging.INFO)
-                    if action == deletion.UNINSTALL:
-                        uninstalls[name] = decision
-            except NodeWrightError as exc:
-                LOG.error("NodeWright %s: %s failed: %s", name, action, exc)
-        return uninstalls
-
-    def _retaint_rebooted(self, view, work):
-        """A runtimeRequired node that rebooted and is to re-apply its packages
-        (reapplyOnReboot) gets the runtime-required taint back until they are done."""
-        rollouts = [d for _r, d in view["rollouts"]]
-        for name in sorted({n for names in work.values() for n in names}):
-            node = self.caches["nodes"].get(name)
-            if node is None:
-                continue
-            ok, why = gating.retaint_after_reboot(name, node, rollouts, self.opts.taint_key)
-            if not ok:
-                continue
-            try:
-                gating.add_taint(self.cluster.core, name, self.opts.taint_key, reason=why)
-                self.cluster.event(name, markers.EVENT_REAPPLY, why)
-                LOG.info("tainted %s with %s: %s", name, self.opts.taint_key, why)
-            except NodeWrightError as exc:
-                LOG.error("could not taint rebooted node %s: %s", name, exc)
 
     def _report_once(self, key, text, level=logging.INFO):
         if self.reported.get(key) != text:
