@@ -26,6 +26,29 @@ def _name(obj):
     return ((obj or {}).get("metadata") or {}).get("name")
 
 
+def _failed_before(resource):
+    """The resource's Deleting condition says its last uninstall failed (written by a
+    reconciler that may have restarted since): it stays until an uninstall succeeds."""
+    for cond in ((resource or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == deletion.CONDITION_DELETING and cond.get("reason") == "UninstallFailed":
+            return True
+    return False
+
+
+def record_uninstall_outcome(core, resource, result, reported):
+    """After an uninstall run: a failure goes into the resource's Deleting condition
+    at once (with the nodes' reasons); a success forgets it."""
+    if result.success:
+        reported.pop(("uninstall-failed", resource), None)
+        return
+    why = "; ".join("%s: %s" % (h, t) for h, t in sorted(result.messages.items())) or result.status
+    failure = "its uninstall failed (%s)" % why[:900]
+    reported[("uninstall-failed", resource)] = failure
+    node_ops.set_resource_condition(core, resource, deletion.deleting_condition({"action": deletion.UNINSTALL,
+                                                                                  "reason": ""}, failure))
+    LOG.warning("NodeWright %s is being deleted: %s", resource, failure)
+
+
 class LifecycleMixin(object):
     """Needs ``cluster``, ``opts``, ``caches``, ``reported``, ``managed()`` and
     ``_report_once()`` of the Reconciler."""
@@ -53,8 +76,9 @@ class LifecycleMixin(object):
                     LOG.info("NodeWright %s: finalizer removed, the resource goes (%s)", name, decision["reason"])
                 elif action in (deletion.UNINSTALL, deletion.BLOCKED):
                     failure = self.reported.get(("uninstall-failed", name))
-                    node_ops.set_resource_condition(self.cluster.core, name,
-                                                    deletion.deleting_condition(decision, failure))
+                    if failure or not _failed_before(resource):
+                        node_ops.set_resource_condition(self.cluster.core, name,
+                                                        deletion.deleting_condition(decision, failure))
                     self._report_once(("deleting", name), "NodeWright %s is being deleted: %s"
                                       % (name, failure or decision["reason"]),
                                       logging.WARNING if action == deletion.BLOCKED else logging.INFO)

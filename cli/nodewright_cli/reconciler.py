@@ -49,7 +49,7 @@ import threading
 import time
 
 from nodewright_cli import collection, runner, status
-from nodewright_cli.lifecycle import LifecycleMixin
+from nodewright_cli.lifecycle import LifecycleMixin, record_uninstall_outcome
 from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
@@ -566,13 +566,8 @@ class Reconciler(LifecycleMixin):
                 LOG.warning("  %s: %s", host, text)
             if not result.success and state == "successful":
                 state = result.status
-            resource = getattr(result, "resource", None)
-            if resource and result.kind == "uninstall":
-                if result.success:
-                    self.reported.pop(("uninstall-failed", resource), None)
-                else:
-                    why = "; ".join("%s: %s" % (h, t) for h, t in sorted(result.messages.items())) or result.status
-                    self.reported[("uninstall-failed", resource)] = "its uninstall failed (%s)" % why[:900]
+            if getattr(result, "resource", None) and result.kind == "uninstall":
+                record_uninstall_outcome(self.cluster.core, result.resource, result, self.reported)
             duration += result.duration
             for outcome, count in result.outcomes().items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
