@@ -159,6 +159,9 @@ PARITY = {"drainConfig": {"timeout": "20m", "gracePeriod": "60s", "deleteEmptyDi
 
 def test_api_server_accepts_upstream_parity_fields_and_defaults_them(crds):
     spec = dict(copy.deepcopy(GOOD_NODEWRIGHT), **copy.deepcopy(PARITY))
+    # A runtimeRequired resource holds the gate of every node it selects: select none,
+    # so that other tests' nodes are not held by it.
+    spec["nodeSelectors"] = {"matchLabels": {"crd-test": "selects-no-node"}}
     spec["packages"]["tuning"].update(stageTimeout="1h30m", uninstall={"enabled": True})
     spec["packages"]["base"] = {"version": "1.4.0"}
     spec["packages"]["tuning"]["dependsOn"] = {"base": "1.0.0"}  # a minimum: 1.4.0 will do
@@ -168,6 +171,8 @@ def test_api_server_accepts_upstream_parity_fields_and_defaults_them(crds):
     plain = create_nodewright(crds, nodewright(copy.deepcopy(GOOD_NODEWRIGHT)))
     assert (plain["spec"]["sequencing"], plain["spec"]["reapplyOnReboot"],
             plain["spec"]["runtimeRequiredCordonAfter"]) == ("node", False, False)
+    for obj in (created, plain):
+        crds.delete_cluster_custom_object(GROUP, VERSION, "nodewrights", obj["metadata"]["name"])
 
 
 @pytest.mark.parametrize("mutate, expected", [
