@@ -12,6 +12,9 @@
     nodewright reset-batches NAME
     nodewright rollout PLAYBOOK -i INVENTORY (--policy FILE | --policy-name NAME) [--admission] ...
     nodewright report [FILE] [--open | --print] [--no-cluster]
+    nodewright node list|status NODE
+    nodewright package logs NODE PACKAGE [--stage S] [-f] | rerun NODE PACKAGE --stage S
+    nodewright version
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
 variables, KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -150,6 +153,8 @@ def build_parser():
     from nodewright_cli import rollout as rollout_cmd
     rollout_cmd.add_parser(sub)
     report.add_parser(sub)
+    from nodewright_cli import triage
+    COMMANDS.update(triage.register(sub, _env, _cluster))
     return p
 
 

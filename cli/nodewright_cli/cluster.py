@@ -38,6 +38,7 @@ RECONCILER_PERMISSIONS = (
     ("create", "", "events", "", "record Events on nodes"),
     ("list", GROUP, "nodewrights", "", "read the desired state"),
     ("watch", GROUP, "nodewrights", "", "see edited NodeWright resources"),
+    ("patch", GROUP, "nodewrights", "", "add and remove the uninstall finalizer"),
     ("patch", GROUP, "nodewrights", "status", "write resource status (blocked, paused, progress)"),
     ("list", GROUP, "deploymentpolicies", "", "read rollout policies"),
     ("watch", GROUP, "deploymentpolicies", "", "see edited policies"),

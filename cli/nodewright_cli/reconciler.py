@@ -23,6 +23,15 @@ run the rollout when there is new or changed work.
   every step of the safe sequence records itself on the node first, so the next
   reconciler resumes it (NodeWright's own cordon is recognised, finished package
   steps are not repeated, a pending reboot is verified by boot id).
+* Deletion: a resource with a package whose ``uninstall.enabled`` is true gets the
+  finalizer ``nodewright.io/uninstall``; once it is deleted, its packages are
+  uninstalled from the nodes that record them (``playbooks/uninstall.yml``, the
+  safe sequence in waves under its policy) and then the finalizer is removed
+  (``fleet/deletion.py``). A failed uninstall leaves the resource there with the
+  reason (condition ``Deleting``) and is retried; it holds nothing else up.
+* Reboots: a runtimeRequired node that rebooted outside NodeWright, whose resource
+  re-applies its packages then (``reapplyOnReboot``), gets the runtime-required
+  taint back until they are complete again.
 * Drift: every ``drift_interval`` seconds, when idle, the check stages of completed
   nodes run again (``playbooks/drift.yml`` of this package); drifted nodes get the
   ``nodewright.io/Drift`` condition, an Event and a metric, and with
@@ -45,6 +54,7 @@ import threading
 import time
 
 from nodewright_cli import collection, runner, status
+from nodewright_cli.lifecycle import LifecycleMixin, record_uninstall_outcome
 from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
@@ -142,9 +152,10 @@ def work_of(view):
     return work
 
 
-def work_fingerprint(view, work):
+def work_fingerprint(view, work, uninstalls=None):
     generations = {d["name"]: d.get("generation") for _r, d in view["rollouts"]}
-    return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items()))
+    return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items())) + \
+        tuple(sorted(("uninstall", name, tuple(u["nodes"])) for name, u in (uninstalls or {}).items()))
 
 
 def boot_id(node):
@@ -181,7 +192,7 @@ def rollout_limit(malformed):
     return ":".join(["localhost", "all"] + ["!%s" % n for n in sorted(malformed)])
 
 
-class Reconciler(object):
+class Reconciler(LifecycleMixin):
     def __init__(self, cluster, options, run_playbook=runner.run_playbook):
         self.cluster = cluster
         self.opts = options
@@ -408,13 +419,16 @@ class Reconciler(object):
             view = status.fleet_view(managed, nodes, self.caches["deploymentpolicies"], self.package_dirs)
         self._surface_resources(view, nodes)
         self._surface_malformed(view["malformed"], nodes)
+        uninstalls = self._handle_deletions(view, nodes)
         work = work_of(view)
-        busy = {n for names in work.values() for n in names} | set(view["malformed"])
+        self._retaint_rebooted(view, work)
+        busy = {n for names in work.values() for n in names} | set(view["malformed"]) | \
+            {n for u in uninstalls.values() for n in u["nodes"]}
         if not (self.worker is not None and self.worker.is_alive()):
             self._open_ready_gates(nodes, managed, busy)  # the run in progress opens its own nodes' gates
         self._update_metrics(view, nodes)
-        if work:
-            self._maybe_run(view, work, reasons, run_inline)
+        if work or uninstalls:
+            self._maybe_run(view, work, reasons, run_inline, uninstalls)
         else:
             LOG.debug("pass %d: no work (%s)", self.passes, ", ".join(reasons[:5]))
         return view
@@ -485,7 +499,8 @@ class Reconciler(object):
             text = "; ".join("%s: %s" % (r, e) for r, e in sorted(errors.items()))
             message = ("NodeWright leaves this node alone until its state is fixed or reset "
                        "(nodewright reset %s --resource <name>): %s" % (node_name, text))
-            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", "MalformedState", message)
+            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", markers.REASON_MALFORMED_STATE,
+                                             message)
             if patch is None:
                 continue
             try:
@@ -517,12 +532,13 @@ class Reconciler(object):
                 LOG.error("runtime gate of node %s: %s", name, exc)
 
     # --------------------------------------------------------------------- runs
-    def _maybe_run(self, view, work, reasons, run_inline):
+    def _maybe_run(self, view, work, reasons, run_inline, uninstalls=None):
+        uninstalls = uninstalls or {}
         if self.worker is not None and self.worker.is_alive():
             return  # the run's end marks the cluster dirty again
         if self.stopping.is_set():
             return
-        fingerprint = work_fingerprint(view, work)
+        fingerprint = work_fingerprint(view, work, uninstalls)
         last = self.last_rollout
         if last and last["fingerprint"] == fingerprint:
             wait = last["finished"] + self.opts.retry_interval - time.monotonic()
@@ -531,17 +547,32 @@ class Reconciler(object):
                 self._report_once("retry", "the same work as the last run (%s): trying again in %ds"
                                   % (last["status"], wait))
                 return
-        summary = "; ".join("%s: %s" % (r, ", ".join(n)) for r, n in sorted(work.items()))
+        summary = "; ".join(["%s: %s" % (r, ", ".join(n)) for r, n in sorted(work.items())] +
+                            ["uninstall of deleted %s: %s" % (r, ", ".join(u["nodes"]))
+                             for r, u in sorted(uninstalls.items())])
         LOG.info("starting a rollout for %s (after %s)", summary, ", ".join(reasons[:5]) or "a resync")
         limit = rollout_limit(view["malformed"])
         extravars = dict(self.opts.extravars, nodewright_taint_key=self.opts.taint_key)
         # Every resource in one run (a node gets its resources in one maintenance), or,
         # when this reconciler manages a selection, each of its resources by name.
-        names = [None] if self.selector is None else \
-            [d["name"] for _r, d in view["rollouts"] if d["name"] in work]
+        names = ([None] if self.selector is None else
+                 [d["name"] for _r, d in view["rollouts"] if d["name"] in work]) if work else []
 
         def job():
             results = []
+            for name, decision in sorted(uninstalls.items()):
+                if self.stopping.is_set():
+                    break
+                try:
+                    result = self.run_playbook(
+                        collection.playbook("uninstall.yml"), "uninstall", self.inventory, self.workdir,
+                        extravars=dict(extravars, nodewright_resource=name, nodewright_uninstall_nodes=decision["nodes"],
+                                       nodewright_uninstall_packages=decision["packages"]),
+                        limit=limit, cancel=self._cancel_run)
+                    result.resource = name
+                    results.append(result)
+                except Exception as exc:  # noqa: BLE001 - reported; the reconciler keeps going
+                    results.append(exc)
             for name in names:
                 if self.stopping.is_set():
                     break
@@ -575,11 +606,13 @@ class Reconciler(object):
                 LOG.warning("  %s: %s", host, text)
             if not result.success and state == "successful":
                 state = result.status
+            if getattr(result, "resource", None) and result.kind == "uninstall":
+                record_uninstall_outcome(self.cluster.core, result.resource, result, self.reported)
             duration += result.duration
             for outcome, count in result.outcomes().items():
                 outcomes[outcome] = outcomes.get(outcome, 0) + count
-            self.run_metrics.inc("nodewright_runs_total", kind="rollout", result=result.status)
-            report_metrics.add_report_metrics(self.run_metrics, result.report, "rollout")
+            self.run_metrics.inc("nodewright_runs_total", kind=result.kind, result=result.status)
+            report_metrics.add_report_metrics(self.run_metrics, result.report, result.kind)
         if any(isinstance(r, Exception) for r in results):
             self.run_metrics.inc("nodewright_runs_total", kind="rollout", result="error")
         nw_metrics.run_metrics(self.run_metrics, "rollout", duration, state == "successful", time.time(), outcomes)

@@ -491,16 +491,17 @@ class _Sequence(object):
                 given_back = True
             except StepFailed:
                 pass
+        # The message says what is so: a node never taken out of work is not "left cordoned".
         if given_back:
-            where = "The node is uncordoned"
+            where = "uncordoned"
         elif cordoned and self.before_cordon == "cordoned_by_other":
-            where = "The node stays cordoned (someone else cordoned it)"
+            where = "left cordoned (someone else cordoned it; NodeWright does not uncordon it)"
         elif cordoned:
-            where = "The node is left cordoned for triage"
+            where = "left cordoned for triage"
         else:
-            where = "The node was not cordoned"
+            where = "not cordoned (it was never taken out of work)"
         return {"failed": True, "changed": self.changed, "failed_step": step,
-                "msg": "maintenance of node %s failed at '%s': %s. %s and marked erroring (label "
+                "msg": "maintenance of node %s failed at '%s': %s. The node is %s and marked erroring (label "
                        "nodewright.io/status-%s, condition nodewright.io/Erroring)."
                        % (self.name, step, msg, where, self.resource)}
 

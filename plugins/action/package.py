@@ -53,6 +53,7 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED_PACKAGES = os.path.join(COLLECTION_ROOT, "packages")
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
+HOST_ONLY_PHASES = ("logs", "rerun")
 display = Display()
 
 
@@ -196,6 +197,14 @@ class ActionModule(ActionBase):
         self._image_resolver = package_sources.ImageResolver(arch=node_arch(task_vars))
         staging = tempfile.mkdtemp(prefix="nodewright-package-")
         try:
+            if args.get("phase") in HOST_ONLY_PHASES:
+                # Triage reads or marks the host's own records: no package travels.
+                if self._is_local() and os.environ.get("NODEWRIGHT_INPROCESS", "1") not in ("0", "false", "no"):
+                    result.update(self._run_in_process(args))
+                else:
+                    result.update(self._execute_module(module_name="nodewright.fleet.package", module_args=args,
+                                                       task_vars=task_vars))
+                return result
             try:
                 names.nodewright_name(args.get("resource", "default"), "resource")
                 specs, as_list = self._specs(args)

@@ -81,12 +81,26 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  stage_timeout:
+    description:
+      - Bounds each stage of the package, together with its check, in seconds or as a
+        duration (V(30m), V(1h30m)); V(0) or unset means no bound beyond each step's own
+        C(timeout). A stage past it is killed and the package is erroring at that stage.
+      - With O(packages), the default for the packages that give none.
+    type: raw
+  reapply_on_reboot:
+    description:
+      - Apply the package again (C(apply) and C(config), finished steps included) when the
+        node rebooted since it was complete - its boot id differs from the one recorded then.
+        A NodeWright resource's C(reapplyOnReboot) sets it.
+    type: bool
+    default: false
   packages:
     description:
       - Several packages at once, each a mapping with the keys O(name), O(src),
         O(version), O(config), O(env), O(interrupt), O(config_interrupts),
-        O(depends_on) and O(state). They run in C(dependsOn) order; the result has
-        one merged interrupt.
+        O(depends_on), O(state), O(stage_timeout) and O(reapply_on_reboot). They run in C(dependsOn) order;
+        the result has one merged interrupt.
       - Mutually exclusive with O(name) and O(src).
     type: list
     elements: dict
@@ -121,9 +135,26 @@ options:
         C(config-check) and C(post-interrupt-check) stages of every package the node state
         records as complete, from the copy kept on the host, and returns RV(drifted). A
         package whose check fails does not fail the task.
+      - V(logs) returns the step logs of package O(name) (of O(stage) only, when given) and the
+        step running now, changing nothing - C(nodewright package logs).
+      - V(rerun) marks stage O(stage) of package O(name) to run again, finished steps included,
+        in the state the host keeps; the next O(phase=main) run does it (C(nodewright package rerun)).
     type: str
-    choices: [main, post-interrupt, check]
+    choices: [main, post-interrupt, check, logs, rerun]
     default: main
+  stage:
+    description:
+      - With O(phase=logs), only the logs of this stage (C(apply), C(apply-check), ...).
+      - With O(phase=rerun), the stage to run again - C(apply), C(config), C(upgrade) or C(post-interrupt).
+    type: str
+  log_offsets:
+    description: With O(phase=logs), log path to the bytes already read (to follow a running step).
+    type: dict
+    default: {}
+  all_logs:
+    description: With O(phase=logs), every kept log of each step instead of the latest one.
+    type: bool
+    default: false
   reapply:
     description:
       - With O(phase=check), mark each drifted package in the host's state as in progress at the
@@ -132,7 +163,7 @@ options:
     type: bool
     default: false
   keep_logs:
-    description: Step logs kept per step under C(/var/log/nodewright/<name>/<version>/).
+    description: Step logs kept per step under C(/var/log/nodewright/<resource>/<name>/<version>/).
     type: int
     default: 5
 attributes:
@@ -148,7 +179,10 @@ notes:
   - Runs as root on the host (chroot needs it for O(host_root) other than V(/)).
   - A step that manages its own idempotence is marked C(idempotent) and always runs;
     any other finished step of C(apply), C(upgrade), C(uninstall) and C(post-interrupt)
-    leaves a flag under C(/var/lib/nodewright/flags/) and is not repeated.
+    leaves a flag under C(/var/lib/nodewright/flags/<resource>/) and is not repeated.
+  - Each step runs under a supervisor that holds the host's package lock until the step
+    ended, so a run that was killed never leaves a step running unseen, and a new run
+    neither starts it a second time nor repeats it once it finished.
 """
 
 EXAMPLES = r"""
@@ -169,6 +203,9 @@ EXAMPLES = r"""
       apply.sh: |
         #!/bin/bash
         echo hello > /etc/hello
+      apply_check.sh: |
+        #!/bin/bash
+        grep -q hello /etc/hello
 
 - name: Several packages in dependsOn order, with the state from the node annotation
   nodewright.fleet.package:
@@ -276,6 +313,17 @@ reapply:
   returned: when O(phase=check)
   type: list
   elements: str
+logs:
+  description:
+    - With O(phase=logs), the logs, oldest first, each with C(path) (on the host), C(stage), C(step),
+      C(started), C(size), C(offset), C(text) (from the offset) and C(live) (the step runs now).
+  returned: when O(phase=logs)
+  type: list
+  elements: dict
+running:
+  description: With O(phase=logs), the record of the package's step running now, or null.
+  returned: when O(phase=logs)
+  type: dict
 annotation:
   description: The annotation key and its value (compact JSON of RV(state)) to write on the Node.
   returned: always
@@ -303,6 +351,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner i
     pending_interrupt,
     plan_summary,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import triage
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import (
     StepFailed,
     check_packages,
@@ -333,6 +382,7 @@ PACKAGE_SPEC = dict(
     name=dict(type="str"), src=dict(type="str"), version=dict(type="str"), config=dict(type="dict"),
     env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
     depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
+    stage_timeout=dict(type="raw"), reapply_on_reboot=dict(type="bool", default=False),
 )
 ARGUMENT_SPEC = dict(
     PACKAGE_SPEC,
@@ -341,7 +391,10 @@ ARGUMENT_SPEC = dict(
     resource=dict(type="str", default="default"),
     recorded_state=dict(type="raw"),
     prune=dict(type="bool", default=False),
-    phase=dict(type="str", choices=["main", "post-interrupt", "check"], default="main"),
+    phase=dict(type="str", choices=["main", "post-interrupt", "check", "logs", "rerun"], default="main"),
+    stage=dict(type="str"),
+    log_offsets=dict(type="dict", default={}),
+    all_logs=dict(type="bool", default=False),
     keep_logs=dict(type="int", default=5),
     reapply=dict(type="bool", default=False),
 )
@@ -357,6 +410,10 @@ def run(p, check_mode):
         specs = [{k: p[k] for k in PACKAGE_SPEC_KEYS if p[k] is not None}]
     elif p["phase"] in ("post-interrupt", "check"):
         specs = []
+    elif p["phase"] in ("logs", "rerun"):
+        specs = []
+        if not p["name"]:
+            return dict(failed=True, msg="phase %s needs the package's name" % p["phase"])
     else:
         return dict(failed=True, msg="give name or src (one package) or packages (a list, may be empty)")
     if not os.path.isdir(p["host_root"]):
@@ -371,6 +428,31 @@ def run(p, check_mode):
     def annotation(state):
         return dict(key=state_annotation(p["resource"]),
                     value=json.dumps(state, sort_keys=True, separators=(",", ":")))
+
+    if p["phase"] == "logs":
+        try:
+            found = triage.read_logs(p["host_root"], p["resource"], p["name"], stage=p["stage"],
+                                     offsets=p["log_offsets"], every=p["all_logs"])
+        except NodeWrightError as exc:
+            return dict(failed=True, msg=str(exc))
+        except OSError as exc:
+            return dict(failed=True, msg="reading logs on host root %s failed: %s" % (p["host_root"], exc))
+        what = "%d log(s) of %s %s" % (len(found["logs"]), p["name"], found["version"] or "(no version recorded)")
+        return dict(changed=False, msg=what + (", step %s running" % found["running"]["step"]
+                                               if found["running"] else ""), **found)
+
+    if p["phase"] == "rerun":
+        if not p["stage"]:
+            return dict(failed=True, msg="phase rerun needs the stage to run again (stage: apply, config, "
+                                         "upgrade or post-interrupt)")
+        try:
+            state = triage.recorded(p["host_root"], p["resource"]) if check_mode else \
+                triage.mark_rerun_on_host(p["host_root"], p["resource"], p["name"], p["stage"])
+        except NodeWrightError as exc:
+            return dict(failed=True, msg=str(exc))
+        return dict(changed=not check_mode, state=state, annotation=annotation(state),
+                    msg="%s: stage %s runs again at the next rollout (finished steps included)"
+                        % (p["name"], p["stage"]))
 
     if p["phase"] == "check":
         try:
@@ -395,7 +477,8 @@ def run(p, check_mode):
         try:
             done = run_packages(specs, host_root=p["host_root"], resource=p["resource"],
                                 recorded_state=p["recorded_state"], prune=p["prune"], phase=p["phase"],
-                                check_mode=check_mode, keep_logs=p["keep_logs"])
+                                check_mode=check_mode, keep_logs=p["keep_logs"],
+                                stage_timeout=p["stage_timeout"] if p["packages"] is not None else None)
         except StepFailed as exc:
             state = getattr(exc, "state", None) or {"packages": {}, "status": "erroring"}
             package_results = getattr(exc, "package_results", None) or []

@@ -151,6 +151,49 @@ def test_api_server_rejects_bad_nodewrights(crds, mutate, expected):
     assert expected in message
 
 
+PARITY = {"drainConfig": {"timeout": "20m", "gracePeriod": "60s", "deleteEmptyDirData": True, "force": False,
+                          "ignoreDaemonSets": True, "disableEviction": False},
+          "stageTimeout": "30m", "sequencing": "all", "reapplyOnReboot": True, "runtimeRequired": True,
+          "runtimeRequiredCordonAfter": True}
+
+
+def test_api_server_accepts_upstream_parity_fields_and_defaults_them(crds):
+    spec = dict(copy.deepcopy(GOOD_NODEWRIGHT), **copy.deepcopy(PARITY))
+    # A runtimeRequired resource holds the gate of every node it selects: select none,
+    # so that other tests' nodes are not held by it.
+    spec["nodeSelectors"] = {"matchLabels": {"crd-test": "selects-no-node"}}
+    spec["packages"]["tuning"].update(stageTimeout="1h30m", uninstall={"enabled": True})
+    spec["packages"]["base"] = {"version": "1.4.0"}
+    spec["packages"]["tuning"]["dependsOn"] = {"base": "1.0.0"}  # a minimum: 1.4.0 will do
+    created = create_nodewright(crds, nodewright(spec))
+    assert created["spec"]["packages"]["tuning"]["uninstall"] == {"enabled": True, "apply": False}
+    assert created["spec"]["drainConfig"]["gracePeriod"] == "60s"
+    plain = create_nodewright(crds, nodewright(copy.deepcopy(GOOD_NODEWRIGHT)))
+    assert (plain["spec"]["sequencing"], plain["spec"]["reapplyOnReboot"],
+            plain["spec"]["runtimeRequiredCordonAfter"]) == ("node", False, False)
+    for obj in (created, plain):
+        crds.delete_cluster_custom_object(GROUP, VERSION, "nodewrights", obj["metadata"]["name"])
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda s: s.update(stageTimeout="-5m"), "stageTimeout is a duration such as 30m"),
+    (lambda s: s["packages"]["tuning"].update(stageTimeout="five minutes"), "stageTimeout is a duration such as 30m"),
+    (lambda s: s.update(sequencing="serial"), 'supported values: "node", "all"'),
+    (lambda s: s["packages"]["tuning"].update(uninstall={"enabled": False, "apply": True}),
+     "uninstall.apply needs uninstall.enabled"),
+    (lambda s: s.update(runtimeRequired=False), "runtimeRequiredCordonAfter needs runtimeRequired"),
+    (lambda s: s["drainConfig"].update(timeout="-1m"), "timeout is a duration such as 10m"),
+    (lambda s: s["packages"]["tuning"].update(dependsOn={"missing": "1.0.0"}),
+     "dependsOn must name other packages of this resource"),
+], ids=["negative-stage-timeout", "bad-package-stage-timeout", "unknown-sequencing", "uninstall-apply-alone",
+        "cordon-after-without-runtime-required", "negative-drain-timeout", "depends-on-missing-package"])
+def test_api_server_rejects_bad_parity_fields(crds, mutate, expected):
+    spec = dict(copy.deepcopy(GOOD_NODEWRIGHT), **copy.deepcopy(PARITY))
+    mutate(spec)
+    message = rejected(lambda body: create_nodewright(crds, body), nodewright(spec))
+    assert expected in message
+
+
 def test_status_subresource(crds):
     nw_name = name("nw")
     create_nodewright(crds, nodewright(GOOD_NODEWRIGHT, nw_name))

@@ -151,8 +151,9 @@ def ops(sim, crds, tmp_path):
 
 
 def shellscript(**scripts):
-    return {"shellscript": {"version": "1.0.0", "configMap": {k.replace("_", "-") + ".sh": v
-                                                                for k, v in scripts.items()}}}
+    """The shipped shellscript package with Skyhook's configMap keys as they are
+    (apply.sh, apply_check.sh, ...)."""
+    return {"shellscript": {"version": "1.0.0", "configMap": {k + ".sh": v for k, v in scripts.items()}}}
 
 
 def taints(node):
@@ -199,6 +200,7 @@ def test_a_node_that_joins_tainted_gets_its_packages_then_becomes_schedulable(si
     # Before NodeWright is done the scheduler refuses the node, because of the taint.
     wait_for(lambda: unschedulable_for_the_taint(sim, ns, pod), what="the pod refused by the tainted node")
     name = ops.resource("b300", shellscript(apply="echo ready > /etc/ops-runtime\n",
+                                            apply_check="test -s /etc/ops-runtime\n",
                                             config_check="test -s /etc/ops-runtime\n"), runtimeRequired=True)
     assert sim.core.read_namespaced_pod(pod, ns).spec.node_name is None
 
@@ -228,7 +230,8 @@ def test_a_node_that_joins_tainted_gets_its_packages_then_becomes_schedulable(si
 
 def test_a_failing_package_keeps_the_node_tainted_and_says_why(sim, ops):
     (node,) = ops.add_nodes("gb300", taint=True)
-    name = ops.resource("gb300", shellscript(apply="echo 'driver build failed' >&2; exit 3\n"),
+    name = ops.resource("gb300", shellscript(apply="echo 'driver build failed' >&2; exit 3\n",
+                                             apply_check="test -e /etc/ops-driver\n"),
                         runtimeRequired=True, priority=50)
     ns, pod = pending_pod(sim, node)
     proc = ops.once()
@@ -267,7 +270,8 @@ def sample(parsed, name, **labels):
 
 
 def test_the_reconciler_picks_up_a_new_node_and_an_edited_resource(sim, ops):
-    name = ops.resource("gh200", shellscript(apply="echo one > /etc/ops-reconcile\n"), runtimeRequired=True,
+    name = ops.resource("gh200", shellscript(apply="echo one > /etc/ops-reconcile\n",
+                                            apply_check="test -s /etc/ops-reconcile\n"), runtimeRequired=True,
                         autoTaintNewNodes=True)
     port = free_port()
     log = ops.tmp / "reconcile.log"
@@ -295,7 +299,9 @@ def test_the_reconciler_picks_up_a_new_node_and_an_edited_resource(sim, ops):
         # An edited resource is new work.
         ops.custom.patch_cluster_custom_object(GROUP, VERSION, "nodewrights", name, {"spec": {"packages": {
             "shellscript": {"version": "1.0.0", "configMap": {"apply.sh": "echo one > /etc/ops-reconcile\n",
-                                                              "config.sh": "echo two > /etc/ops-edited\n"}}}}})
+                                                              "apply_check.sh": "test -s /etc/ops-reconcile\n",
+                                                              "config.sh": "echo two > /etc/ops-edited\n",
+                                                              "config_check.sh": "test -s /etc/ops-edited\n"}}}}})
         wait_for(lambda: ops.host_file(node, "/etc/ops-edited") == "two\n", timeout=300,
                  what="the edited config applied")
         wait_for(lambda: (sample(scrape(port), "nodewright_runs_total", kind="rollout", result="successful")
@@ -327,7 +333,7 @@ def test_sigterm_abandons_the_run_and_the_next_start_resumes_it(sim, ops):
     # The step waits for a file, so the test decides when it could finish.
     name = ops.resource("gh200", shellscript(
         apply="echo start >> /etc/ops-runs\nwhile [ ! -e /etc/ops-go ]; do sleep 0.2; done\n"
-              "echo done > /etc/ops-done\n"))
+              "echo done > /etc/ops-done\n", apply_check="test -s /etc/ops-done\n"))
     log = ops.tmp / "abandon.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(ops.command("reconcile", "--inventory", ops.inventory, "--workdir", ops.tmp / "work",
@@ -399,7 +405,7 @@ def test_drift_is_found_reported_and_reapplied(sim, ops):
 def test_runner_example_prints_per_node_outcomes_and_the_run_writes_metrics(sim, ops):
     good, bad = ops.add_nodes("b300", 2)
     pathlib.Path(sim.host_root(bad), "etc/ops-fail").write_text("fail here\n")
-    name = ops.resource("b300", shellscript(apply="[ ! -e /etc/ops-fail ] || exit 7\n"))
+    name = ops.resource("b300", shellscript(apply="[ ! -e /etc/ops-fail ] || exit 7\n", apply_check="true\n"))
     textfile = ops.tmp / "nodewright.prom"
     proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", "runner_rollout.py"), "-i",
                            ops.inventory, "-e", "nodewright_resource=%s" % name,
@@ -489,7 +495,8 @@ def test_a_missing_policy_blocks_the_resource_with_a_reason(sim, ops):
 
 def test_a_malformed_node_state_is_reported_and_the_node_left_alone(sim, ops):
     (node,) = ops.add_nodes("gb300")
-    name = ops.resource("gb300", shellscript(apply="echo x > /etc/ops-malformed\n"))
+    name = ops.resource("gb300", shellscript(apply="echo x > /etc/ops-malformed\n",
+                                             apply_check="test -s /etc/ops-malformed\n"))
     key = markers.state_annotation(name)
     sim.core.patch_node(node, {"metadata": {"annotations": {key: "{hand edited"}}})
     proc = ops.once()
@@ -543,3 +550,123 @@ def test_a_reconciler_without_rights_says_which_and_keeps_running(sim, ops):
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)
     assert rc == 0, log.read_text()
+
+
+# --------------------------------------------------------------------------- lifecycle parity
+
+FINALIZER = "nodewright.io/uninstall"
+
+
+def removable(marker, uninstall=None):
+    pkg = shellscript(apply="echo on > /etc/%s\n" % marker, apply_check="test -s /etc/%s\n" % marker,
+                      uninstall=uninstall or "rm -f /etc/%s\n" % marker,
+                      uninstall_check="test ! -e /etc/%s\n" % marker)
+    pkg["shellscript"]["uninstall"] = {"enabled": True}
+    return pkg
+
+
+def gone(ops, name):
+    try:
+        ops.get(name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def test_deleting_a_resource_uninstalls_its_packages_in_waves(sim, ops):
+    from test_rollout_playbook import waves_from_report
+    nodes = ops.add_nodes("b300", 3)
+    name = ops.resource("b300", removable("ops-removable"), interruptionBudget={"count": 1})
+    first = ops.once()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert FINALIZER in ops.get(name)["metadata"]["finalizers"]
+    assert all(ops.host_file(n, "/etc/ops-removable") == "on\n" for n in nodes)
+
+    ops.custom.delete_cluster_custom_object(GROUP, VERSION, "nodewrights", name)
+    assert ops.get(name)["metadata"]["deletionTimestamp"], "the finalizer holds it"
+    second = ops.once()
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert all(ops.host_file(n, "/etc/ops-removable") is None for n in nodes), "uninstalled everywhere"
+    report = json.loads((ops.tmp / "work" / "uninstall" / "report.json").read_text())
+    assert [len(w) for w in waves_from_report(report)] == [1, 1, 1], "one node at a time, as the budget says"
+    assert all(markers.state_annotation(name) not in (ops.node(n)["metadata"].get("annotations") or {})
+               for n in nodes)
+    conditions = {c["type"]: c for c in ops.get(name)["status"]["conditions"]}
+    assert conditions["Deleting"]["reason"] == "Uninstalling"
+
+    third = ops.once()
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert gone(ops, name), "the finalizer was removed once nothing was left to uninstall"
+
+
+def test_a_failed_uninstall_keeps_the_resource_with_the_reason_and_never_deadlocks(sim, ops):
+    (node,) = ops.add_nodes("gh200")
+    name = ops.resource("gh200", removable("ops-stuck", uninstall="true\n"))
+    assert ops.once().returncode == 0
+    ops.custom.delete_cluster_custom_object(GROUP, VERSION, "nodewrights", name)
+    failed = ops.once()
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    cond = {c["type"]: c for c in ops.get(name)["status"]["conditions"]}["Deleting"]
+    assert (cond["status"], cond["reason"]) == ("True", "UninstallFailed")
+    assert "uninstall-check" in cond["message"] and "skip-uninstall" in cond["message"]
+    again = ops.once()
+    assert again.returncode == 2 and not gone(ops, name), "still there, tried again"
+    assert {c["type"]: c for c in ops.get(name)["status"]["conditions"]}["Deleting"]["reason"] == "UninstallFailed"
+    ops.custom.patch_cluster_custom_object(GROUP, VERSION, "nodewrights", name, {
+        "metadata": {"annotations": {"nodewright.io/skip-uninstall": "true"}}})
+    released = ops.once()
+    assert released.returncode == 0, released.stdout + released.stderr
+    assert gone(ops, name)
+    assert ops.host_file(node, "/etc/ops-stuck") == "on\n", "its package stays on the node"
+    assert markers.state_annotation(name) not in (ops.node(node)["metadata"].get("annotations") or {})
+
+
+def test_a_rebooted_runtime_required_node_is_tainted_again_until_reapplied(sim, ops):
+    from test_rollout_playbook import reboot
+    (node,) = ops.add_nodes("gb300", taint=True)
+    name = ops.resource("gb300", shellscript(apply="echo run >> /var/lib/ops-boot-runs\n",
+                                             apply_check="test -s /var/lib/ops-boot-runs\n"),
+                        runtimeRequired=True, reapplyOnReboot=True)
+    assert ops.once().returncode == 0
+    assert markers.TAINT_RUNTIME_REQUIRED not in taints(ops.node(node))
+    reboot(sim, node)
+    proc = ops.once()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (event,) = node_events(sim, node, markers.EVENT_REAPPLY)
+    assert "rebooted; %s applies shellscript again (reapplyOnReboot)" % name in event.message
+    assert ops.host_file(node, "/var/lib/ops-boot-runs") == "run\nrun\n"
+    assert len(node_events(sim, node, markers.EVENT_RUNTIME_READY)) == 2, "the gate closed and opened again"
+    assert markers.TAINT_RUNTIME_REQUIRED not in taints(ops.node(node))
+    assert ops.node(node)["metadata"]["labels"][markers.status_label(name)] == "complete"
+
+
+def test_triage_shows_checks_and_logs_and_reruns_a_stage(sim, ops):
+    (node,) = ops.add_nodes("b300")
+    name = ops.resource("b300", shellscript(apply="echo run >> /var/lib/ops-triage\n",
+                                            apply_check="test -e /etc/ops-triage-ok\n"))
+    assert ops.once().returncode == 2
+    status = ops.nodewright("node", "status", node)
+    assert status.returncode == 0, status.stderr
+    assert "shellscript 1.0.0: apply/erroring" in status.stdout
+    assert "checks: apply-check failed (exit 1)" in status.stdout
+    listed = ops.nodewright("node", "list", "--resource", name, "--json")
+    (row,) = json.loads(listed.stdout)
+    assert row["node"] == node and row["resources"][name]["status"] == "erroring"
+    logs = ops.nodewright("package", "logs", node, "shellscript", "--stage", "apply-check",
+                          "--inventory", ops.inventory, "--workdir", ops.tmp / "triage")
+    assert logs.returncode == 0, logs.stdout + logs.stderr
+    assert "==> apply-check apply-check (/var/log/nodewright/%s/shellscript/1.0.0/" % name in logs.stdout
+    assert "--- exit code 1" in logs.stdout
+    hostroot_file = os.path.join(sim.host_root(node), "etc/ops-triage-ok")
+    pathlib.Path(hostroot_file).write_text("")
+    rerun = ops.nodewright("package", "rerun", node, "shellscript", "--stage", "apply",
+                           "--inventory", ops.inventory, "--workdir", ops.tmp / "triage")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "apply of shellscript marked to run again" in rerun.stdout
+    assert ops.once().returncode == 0
+    assert ops.host_file(node, "/var/lib/ops-triage") == "run\nrun\n", "the finished apply ran again"
+    done = json.loads(ops.nodewright("node", "status", node, "--json").stdout)
+    (pkg,) = done["resources"][name]["packages"]
+    assert (pkg["state"], pkg["checks"]["apply-check"]["result"]) == ("complete", "passed")
+    version = ops.nodewright("version")
+    assert version.returncode == 0 and "collection nodewright.fleet" in version.stdout

@@ -185,7 +185,8 @@ def test_interrupt_requested_at_run_time_drains_the_node_first(sim, tmp_path):
     fleet.create("NodeWright", res, {
         "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
         "packages": {"shellscript": {"version": "1.0.0", "configMap": {
-            "apply.sh": "echo 'service containerd' > \"$NODEWRIGHT_INTERRUPT_FILE\"\n"}}}})
+            "apply.sh": "echo 'service containerd' > \"$NODEWRIGHT_INTERRUPT_FILE\"\n",
+            "apply_check.sh": "test -d /etc\n"}}}})
     plan = fleet.plan(res)
     assert plan["nodes"][n1]["disruptive"] is False
     proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
@@ -255,3 +256,112 @@ def test_a_resource_that_succeeds_never_clears_anothers_error_on_the_node(sim, t
     assert labels["nodewright.io/status-%s" % bad] == "erroring" and labels["nodewright.io/status"] == "erroring"
     (cond,) = [c for c in sim.core.read_node(node).status.conditions if c.type == "nodewright.io/Erroring"]
     assert cond.status == "True" and bad in cond.message
+
+
+# --------------------------------------------------------------------------- lifecycle parity
+
+
+def shellscript(fleet, scripts, **spec):
+    return dict({"nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
+                 "interruptionBudget": {"count": 2},
+                 "packages": {"shellscript": {"version": "1.0.0", "configMap": scripts}}}, **spec)
+
+
+def node_state(fleet, node, res):
+    annotations = fleet.sim.core.read_node(node).metadata.annotations or {}
+    return json.loads(annotations["nodewright.io/state-%s" % res])
+
+
+def test_a_stage_past_its_timeout_marks_the_node_erroring_with_the_stage_named(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h200", 1)])
+    (n1,) = fleet.nodes
+    res = "slow-" + fleet.label
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "sleep 120\n", "apply_check.sh": "true\n"},
+                                                stageTimeout="2s"))
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode != 0
+    assert fleet.node_labels(n1)["nodewright.io/status-%s" % res] == "erroring"
+    state = node_state(fleet, n1, res)
+    entry = state["packages"]["shellscript"]
+    assert (entry["stage"], entry["state"]) == ("apply", "erroring")
+    assert "stage apply ran past its stageTimeout of 2s" in state["reason"]
+
+
+def test_a_node_whose_state_cannot_be_read_is_left_out_and_marked(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h200", 2)])
+    n1, n2 = fleet.nodes
+    res = "skip-" + fleet.label
+    key = "nodewright.io/state-%s" % res
+    sim.core.patch_node(n2, {"metadata": {"annotations": {key: "{hand edited"}}})
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/skip-test\n",
+                                                        "apply_check.sh": "test -s /etc/skip-test\n"}))
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert fleet.node_labels(n1)["nodewright.io/status-%s" % res] == "complete"
+    assert sim.core.read_node(n2).metadata.annotations[key] == "{hand edited", "never overwritten"
+    assert not os.path.exists(os.path.join(sim.host_root(n2), "etc/skip-test")), "the node was not touched"
+    cond = [c for c in sim.core.read_node(n2).status.conditions if c.type == "nodewright.io/Erroring"][0]
+    assert (cond.status, cond.reason) == ("True", "MalformedState")
+    assert "nodewright reset %s --resource %s" % (n2, res) in cond.message
+
+
+def test_sequencing_all_holds_the_next_priority_until_complete_everywhere(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h200", 2)])
+    n1, n2 = fleet.nodes
+    first, later = "first-" + fleet.label, "later-" + fleet.label
+    fleet.create("NodeWright", first, shellscript(fleet, {
+        "apply.sh": "[ ! -e /etc/first-fails ]\n", "apply_check.sh": "true\n"},
+        priority=10, sequencing="all"))
+    fleet.create("NodeWright", later, shellscript(fleet, {"apply.sh": "echo on > /etc/later\n",
+                                                          "apply_check.sh": "test -s /etc/later\n"}, priority=20))
+    hostroot.run(sim.host_root(n2), "touch /etc/first-fails")
+    # These two resources only (others of this session live in the same cluster).
+    resources = [fleet.resource(first), fleet.resource(later)]
+    proc = fleet.playbook("rollout.yml", "-e", json.dumps({"nodewright_resources": resources}))
+    assert proc.returncode != 0, "first fails on n2"
+    assert not any(os.path.exists(os.path.join(sim.host_root(n), "etc/later")) for n in (n1, n2)), \
+        "the later priority waited"
+    hostroot.run(sim.host_root(n2), "rm /etc/first-fails")
+    proc = fleet.playbook("rollout.yml", "-e", json.dumps({"nodewright_resources": resources}))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    proc = fleet.playbook("rollout.yml", "-e", json.dumps({"nodewright_resources": resources}))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert all(os.path.exists(os.path.join(sim.host_root(n), "etc/later")) for n in (n1, n2))
+
+
+def reboot(sim, node):
+    before = sim.core.read_node(node).status.node_info.boot_id
+    request = os.path.join(sim.host_root(node), hostroot.REBOOT_REQUEST)
+    os.makedirs(os.path.dirname(request), exist_ok=True)
+    with open(request, "w") as fh:
+        fh.write("1\n")
+    from k8s_helpers import wait_for
+    wait_for(lambda: sim.core.read_node(node).status.node_info.boot_id != before and any(
+        c.type == "Ready" and c.status == "True" for c in sim.core.read_node(node).status.conditions),
+        timeout=120, what="%s rebooted" % node)
+
+
+def test_a_reboot_reapplies_the_packages_when_asked(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h200", 1)])
+    (n1,) = fleet.nodes
+    asked, not_asked = "again-" + fleet.label, "once-" + fleet.label
+    count = {"apply_check.sh": "test -s /var/lib/%s-runs\n"}
+    fleet.create("NodeWright", asked, shellscript(fleet, {
+        "apply.sh": "echo run >> /var/lib/again-runs\n", "apply_check.sh": count["apply_check.sh"] % "again"},
+        reapplyOnReboot=True))
+    fleet.create("NodeWright", not_asked, shellscript(fleet, {
+        "apply.sh": "echo run >> /var/lib/once-runs\n", "apply_check.sh": count["apply_check.sh"] % "once"}))
+    for res in (asked, not_asked):
+        proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+    reboot(sim, n1)
+    plan = fleet.plan(asked)
+    assert plan["nodes"][n1]["actions"] == {"shellscript": "rerun"}
+    assert fleet.plan(not_asked)["nodes"][n1]["actions"] == {"shellscript": "none"}
+    for res in (asked, not_asked):
+        proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+    root = sim.host_root(n1)
+    assert open(os.path.join(root, "var/lib/again-runs")).read() == "run\nrun\n", "applied again after the reboot"
+    assert open(os.path.join(root, "var/lib/once-runs")).read() == "run\n"
+    assert fleet.plan(asked)["nodes"][n1]["actions"] == {"shellscript": "none"}, "once per reboot"

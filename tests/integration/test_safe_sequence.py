@@ -244,3 +244,57 @@ def test_bad_input_fails_before_anything_changes(sim, tmp_path, args, message):
     res = host_result(proc, target, "Drain")
     assert res["failed"] and message in res["msg"], res
     assert spec_and_metadata(sim, target) == before
+
+
+def test_a_failed_noop_package_says_the_node_was_never_cordoned(sim, tmp_path):
+    (n1,) = sim.add_nodes("h200", 1)
+    root = sim.host_root(n1)
+    work = tmp_path / "work.yml"
+    work.write_text(json.dumps([{"name": "Run a failing noop package", "nodewright.fleet.package": {
+        "name": "shellscript", "host_root": root, "resource": RES,
+        "config": {"apply.sh": "exit 4\n", "apply_check.sh": "true\n"}}}]))
+    proc = sim.playbook(tmp_path, safe_update_play(safe_update_disruptive=False, safe_update_work_tasks=str(work)),
+                        hosts=[n1])
+    assert proc.returncode != 0
+    fail = host_result(proc, n1, "Fail with the reason")
+    assert "not cordoned (it was never taken out of work)" in fail["msg"]
+    assert "left cordoned" not in fail["msg"]
+    assert not node(sim, n1).spec.unschedulable
+    assert labels(sim, n1)["nodewright.io/status-%s" % RES] == "erroring"
+
+
+def test_waiting_for_training_pods_shows_on_the_resource(sim, tmp_path):
+    from k8s_helpers import ensure_crds
+    custom = ensure_crds(sim)
+    ns = sim.namespace("waitres")
+    (n1,) = sim.add_nodes("gb200", 1)
+    res = "waits-%s" % n1
+    custom.create_cluster_custom_object("nodewright.io", "v1alpha1", "nodewrights", {
+        "apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": res},
+        "spec": {"nodeSelectors": {"matchLabels": {"kubernetes.io/hostname": n1}},
+                 "podNonInterruptLabels": {"matchLabels": {"app.kubernetes.io/component": "training"}}}})
+    sim.fleet.create_training_job("train", run_for="20s", gpus=4, namespace=ns, node_name=n1)
+    wait_for(lambda: running_pods(sim, ns, "app=train"), what="training pod running")
+    pod = running_pods(sim, ns, "app=train")[0].metadata.name
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(proc=sim.playbook(tmp_path, safe_update_play(
+        safe_update_resource=res, safe_update_non_interruptible_selector="app.kubernetes.io/component=training",
+        safe_update_wait_timeout=120), hosts=[n1])))
+    worker.start()
+
+    def waiting():
+        status = custom.get_cluster_custom_object("nodewright.io", "v1alpha1", "nodewrights", res).get("status") or {}
+        return [c for c in status.get("conditions") or [] if c["type"] == "NonInterruptPodsRunning"
+                and c["status"] == "True"]
+
+    (cond,) = wait_for(waiting, timeout=60, what="the resource's NonInterruptPodsRunning condition")
+    assert "%s/%s" % (ns, pod) in cond["message"] and n1 in cond["message"]
+    events = sim.core.list_namespaced_event("default", field_selector="involvedObject.name=%s" % res).items
+    assert any(e.reason == "NonInterruptPodsRunning" and pod in e.message and e.involved_object.kind == "NodeWright"
+               for e in events)
+    worker.join()
+    assert done["proc"].returncode == 0, done["proc"].stdout[-3000:]
+    status = custom.get_cluster_custom_object("nodewright.io", "v1alpha1", "nodewrights", res)["status"]
+    (after,) = [c for c in status["conditions"] if c["type"] == "NonInterruptPodsRunning"]
+    assert after["status"] == "False"
+    custom.delete_cluster_custom_object("nodewright.io", "v1alpha1", "nodewrights", res)

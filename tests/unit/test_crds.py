@@ -168,18 +168,48 @@ def test_nodewright_cross_field_rules(nodewright_crd):
     spec = at(root(nodewright_crd), "spec")
     assert "!(has(self.interruptionBudget) && has(self.deploymentPolicy))" in rules(spec)
     assert "!has(self.deploymentPolicyOptions) || has(self.deploymentPolicy)" in rules(spec)
-    assert any("autoTaintNewNodes" in r and "runtimeRequired" in r for r in rules(spec))
+    # autoTaintNewNodes without runtimeRequired is accepted, and does nothing (as in Skyhook).
+    assert not any("autoTaintNewNodes" in r for r in rules(spec))
     assert "has(self.percent) != has(self.count)" in rules(at(spec, "interruptionBudget"))
     package = at(spec, "packages.*")
     assert "!(has(self.image) && has(self.source))" in rules(package)
     assert "!has(self.containerSHA) || has(self.image)" in rules(package)
     assert any("configInterrupts" in r and "configMap" in r for r in rules(package))
-    assert any("dependsOn" in r and "version" in r for r in rules(at(spec, "packages")))
+    # dependsOn names a package of the resource; its version is a minimum that
+    # NodeWright checks (CEL has no semantic-version comparison to write it with).
+    assert any("dependsOn" in r and "d in self" in r and "version" not in r for r in rules(at(spec, "packages")))
     interrupt = at(package, "interrupt")
     assert any("'service'" in r and "size(self.services) > 0" in r for r in rules(interrupt))
     env = at(package, "env")
     assert (env["x-kubernetes-list-type"], env["x-kubernetes-list-map-keys"]) == ("map", ["name"])
     assert "!(has(self.value) && has(self.valueFrom))" in rules(env["items"])
+
+
+def test_nodewright_parity_fields(nodewright_crd):
+    """Upstream NodeWright's fields: their shape in the CRD and the validator agree."""
+    spec = at(root(nodewright_crd), "spec")
+    assert at(spec, "sequencing")["enum"] == list(resources.SEQUENCING)
+    assert at(spec, "sequencing")["default"] == "node"
+    assert set(at(spec, "drainConfig")["properties"]) == set(resources.DRAIN_FIELDS)
+    assert set(resources.DRAIN_OPTIONS) == set(resources.DRAIN_FIELDS)
+    package = at(spec, "packages.*")
+    assert set(at(package, "uninstall")["properties"]) == set(resources.UNINSTALL_FIELDS)
+    assert "!self.apply || self.enabled" in rules(at(package, "uninstall"))
+    assert any("runtimeRequiredCordonAfter" in r and "runtimeRequired" in r for r in rules(spec))
+    for schema in (at(spec, "stageTimeout"), at(package, "stageTimeout"), at(spec, "drainConfig.timeout"),
+                   at(spec, "drainConfig.gracePeriod")):
+        (rule,) = rules(schema)
+        assert rule == "self.matches(r'%s')" % resources.STAGE_TIMEOUT_PATTERN
+        pattern = re.compile(resources.STAGE_TIMEOUT_PATTERN)
+        for good in ("0", "30m", "1h30m", "90s", "1.5h", "250ms"):
+            assert pattern.match(good)
+            resources._duration(good, "x", "stageTimeout")
+        for bad in ("-5m", "5 minutes", "m", "1d", ""):
+            assert not pattern.match(bad)
+            with pytest.raises(ValidationError):
+                resources._duration(bad, "x", "stageTimeout")
+    for key in ("reapplyOnReboot", "runtimeRequiredCordonAfter"):
+        assert at(spec, key)["default"] is False
 
 
 def test_nodewright_defaults(nodewright_crd):

@@ -162,6 +162,7 @@ def test_check_packages_reruns_only_checks_and_finds_drift(tmp_path):
                                  "compute_cap": "9.0", "gpu_count": 8, "gpu_memory_mib": 81559})
     spec = {"name": "shellscript", "src": os.path.join(REPO, "packages", "shellscript"), "version": "1.0.0",
             "config": {"apply.sh": "n=$(cat /etc/applied 2>/dev/null || echo 0); echo $((n + 1)) > /etc/applied\n",
+                       "apply_check.sh": "test -s /etc/applied\n",
                        "config.sh": "echo on > /etc/wanted\n",
                        "config-check.sh": "test \"$(cat /etc/wanted)\" = on\n"}}
     run_packages([spec], host_root=root, resource="r")

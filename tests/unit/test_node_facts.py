@@ -172,9 +172,9 @@ def test_status_from_the_state_when_the_label_is_missing():
 
 
 @pytest.mark.parametrize("text,message", [
-    ("{not json", "is not valid JSON"),
-    ("[1, 2]", "must hold a JSON object, not list"),
-    ('"complete"', "must hold a JSON object, not str"),
+    ("{not json", "is malformed: not valid JSON"),
+    ("[1, 2]", "must hold a JSON object, not a list"),
+    ('"complete"', "must hold a JSON object, not a string"),
 ])
 def test_malformed_state_annotation_is_reported_not_raised(text, message):
     state = nf.nodewright_state({status_label("r"): "blocked"}, {state_annotation("r"): text})

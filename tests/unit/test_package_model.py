@@ -122,7 +122,7 @@ INVALID = [
     ("upgrade_step outside upgrade", mutate(("stages", "apply", 0, "upgrade_step"), True),
      "stages.apply[0].upgrade_step", "only meaningful in upgrade", '"upgrade_step": true', False),
     ("glob interrupt", mutate(("configInterrupts", "kernel.*", "type"), "halt"),
-     'configInterrupts["kernel.*"].type', "unknown interrupt type 'halt'", '"type": "halt"', True),
+     "configInterrupts.kernel.*.type", "unknown interrupt type 'halt'", '"type": "halt"', True),
     ("dependency version", mutate(("dependsOn", "base"), "latest"), "dependsOn.base",
      "is not a semantic version", '"base": "latest"', True),
     ("returncodes", mutate(("stages", "apply", 0, "returncodes"), []), "stages.apply[0].returncodes",
@@ -176,7 +176,7 @@ def test_expected_config_key_not_supplied(tmp_path):
     write_package(str(tmp_path), VALID)
     with pytest.raises(PackageError) as caught:
         load_package(str(tmp_path), config={"other": "x"})
-    assert caught.value.field == "config"
+    assert caught.value.field == "config.mode"
     assert "expected config key 'mode' is not supplied" in str(caught.value)
     assert "expectedConfig" in caught.value.hint
     assert load_package(str(tmp_path), config={"mode": "fast"}).name == "demo"
@@ -187,7 +187,7 @@ def test_config_key_must_be_a_file_name(tmp_path):
     pkg = load_package(str(tmp_path))
     with pytest.raises(PackageError) as caught:
         pkg.validate_config({"mode": "x", "etc/passwd": "y"})
-    assert caught.value.field == 'config["etc/passwd"]'
+    assert caught.value.field == "config.etc/passwd"
 
 
 def test_default_config_is_merged_under_config(tmp_path):

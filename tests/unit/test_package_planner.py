@@ -156,7 +156,8 @@ def test_plan_orders_by_depends_on():
 def test_missing_dependency_and_too_old_dependency():
     with pytest.raises(ValidationError) as caught:
         plan([desired(name="app", depends_on={"lib": "1.0.0"})])
-    assert "depends on 'lib' 1.0.0, which is not among the desired packages" in str(caught.value)
+    assert "depends on 'lib' 1.0.0 or later, which is not among the desired packages" in str(caught.value)
+    assert "cannot be met" in str(caught.value) and caught.value.field == "packages[0].dependsOn.lib"
     with pytest.raises(ValidationError) as caught:
         plan([desired(name="app", depends_on={"lib": "2.0.0"}), desired(name="lib", version="1.5.0")])
     assert "needs 'lib' at least 2.0.0, but 1.5.0 is desired" in str(caught.value)

@@ -105,25 +105,30 @@ def test_apply_runs_stages_and_checks_then_a_rerun_changes_nothing(root, tmp_pat
         ("apply", True), ("apply-check", True), ("config", True), ("config-check", True)]
     step = result["results"][0]["steps"][0]
     assert step["exit_code"] == 0 and step["stdout_tail"] == "apply of demo 1.0.0" and step["duration_s"] >= 0
-    assert step["log"].startswith(os.path.join(root, "var/log/nodewright/demo/1.0.0/apply.apply.sh."))
+    assert step["log"].startswith(os.path.join(root, "var/log/nodewright/test/demo/1.0.0/apply.apply.sh."))
     assert "apply of demo 1.0.0" in read(root, step["log"][len(root):])
+    entry = result["state"]["packages"]["demo"]
+    checks = {stage: {k: v for k, v in c.items() if k != "at"} for stage, c in entry["checks"].items()}
     assert result["state"] == {"status": "complete", "packages": {"demo": {
         "name": "demo", "version": "1.0.0", "stage": "config", "state": "complete",
-        "configHashes": result["state"]["packages"]["demo"]["configHashes"],
-        "updated": result["state"]["packages"]["demo"]["updated"]}}}
+        "configHashes": entry["configHashes"], "bootId": hostroot.boot_id(root), "checks": entry["checks"],
+        "updated": entry["updated"]}}}
+    assert checks == {"apply-check": {"result": "passed", "exitCode": 0, "step": "check.sh"},
+                      "config-check": {"result": "passed", "exitCode": 0, "step": "config-check.sh"}}
+    assert result["results"][0]["checks"] == entry["checks"], "the run report says the same"
     assert result["interrupt"] == {"type": "noop", "services": []}
     assert read(root, "/etc/demo/level") == "1"
-    assert exists(root, "/var/lib/nodewright/packages/demo/1.0.0/steps/apply.sh")
-    assert read(root, "/var/lib/nodewright/packages/demo/1.0.0/configmaps/level") == "1"
-    history = json.loads(read(root, "/var/lib/nodewright/history/demo.json"))
+    assert exists(root, "/var/lib/nodewright/packages/test/demo/1.0.0/steps/apply.sh")
+    assert read(root, "/var/lib/nodewright/packages/test/demo/1.0.0/configmaps/level") == "1"
+    history = json.loads(read(root, "/var/lib/nodewright/history/test/demo.json"))
     assert history["version"] == "1.0.0" and history["history"][-1]["result"] == "ok"
     assert json.loads(read(root, "/var/lib/nodewright/state/test.json")) == result["state"]
 
-    logs = sorted(os.listdir(os.path.join(root, "var/log/nodewright/demo/1.0.0")))
+    logs = sorted(os.listdir(os.path.join(root, "var/log/nodewright/test/demo/1.0.0")))
     again = run(root, src)
     assert not again["changed"] and again["results"][0]["action"] == "none"
     assert again["state"] == result["state"]
-    assert sorted(os.listdir(os.path.join(root, "var/log/nodewright/demo/1.0.0"))) == logs
+    assert sorted(os.listdir(os.path.join(root, "var/log/nodewright/test/demo/1.0.0"))) == logs
     assert read(root, "/var/lib/demo-count") == "1\n"
 
 
@@ -146,7 +151,7 @@ def test_failing_step_reports_its_log_tail_and_a_rerun_skips_finished_steps(root
     message = str(caught.value)
     assert "package demo 1.0.0: step 'flaky.sh' of stage apply exited 1 (accepted: 0)" in message
     assert "disk /dev/nvme9 not found" in message and "preparing" in message
-    assert caught.value.log.startswith(os.path.join(root, "var/log/nodewright/demo/1.0.0/apply.flaky.sh."))
+    assert caught.value.log.startswith(os.path.join(root, "var/log/nodewright/test/demo/1.0.0/apply.flaky.sh."))
     assert "finished steps are not repeated" in caught.value.hint
     failed = caught.value.results[-1]
     assert (failed["step"], failed["ok"], failed["exit_code"]) == ("flaky.sh", False, 1)
@@ -154,7 +159,7 @@ def test_failing_step_reports_its_log_tail_and_a_rerun_skips_finished_steps(root
     assert caught.value.state["packages"]["demo"]["state"] == "erroring"
     assert caught.value.state["packages"]["demo"]["stage"] == "apply"
     assert caught.value.state["status"] == "erroring"
-    assert json.loads(read(root, "/var/lib/nodewright/history/demo.json"))["history"][-1]["result"] == "failed"
+    assert json.loads(read(root, "/var/lib/nodewright/history/test/demo.json"))["history"][-1]["result"] == "failed"
 
     hostroot.run(root, "touch /etc/demo-ready")
     result = run(root, src)
@@ -202,7 +207,7 @@ def test_logs_keep_the_last_five_runs(root, tmp_path):
     src = demo(tmp_path)
     for level in range(7):
         run(root, src, config={"level": str(level)})
-    logs = os.listdir(os.path.join(root, "var/log/nodewright/demo/1.0.0"))
+    logs = os.listdir(os.path.join(root, "var/log/nodewright/test/demo/1.0.0"))
     assert len([f for f in logs if f.startswith("config.config.sh.")]) == 5
     assert len([f for f in logs if f.startswith("apply.apply.sh.")]) == 1
 
@@ -262,11 +267,11 @@ def test_upgrade_then_downgrade(root, tmp_path):
     assert stages_run(up) == [("demo", "upgrade", ["upgrade", "config"])]
     assert read(root, "/var/lib/demo-upgraded") == "1.0.0 -> 1.1.0\n"
     assert read(root, "/etc/demo.d/common.conf") == "c2" and not exists(root, "/etc/demo.d/v1.conf")
-    assert os.listdir(os.path.join(root, "var/lib/nodewright/packages/demo")) == ["1.1.0"]
+    assert os.listdir(os.path.join(root, "var/lib/nodewright/packages/test/demo")) == ["1.1.0"]
     assert up["state"]["packages"]["demo"]["version"] == "1.1.0"
 
     # Make 1.1.0's own uninstall observable: it is the copy on the host that runs.
-    with open(os.path.join(root, "var/lib/nodewright/packages/demo/1.1.0/steps/uninstall.sh"), "a") as fh:
+    with open(os.path.join(root, "var/lib/nodewright/packages/test/demo/1.1.0/steps/uninstall.sh"), "a") as fh:
         fh.write("\necho 1.1.0 > /var/lib/uninstalled-by\n")
     down = run(root, v1)
     assert stages_run(down) == [("demo", "downgrade", ["uninstall", "apply", "config"])]
@@ -275,7 +280,7 @@ def test_upgrade_then_downgrade(root, tmp_path):
     assert read(root, "/var/lib/demo-count") == "1\n", "apply of 1.0.0 ran anew after the uninstall"
     assert read(root, "/etc/demo.d/v1.conf") == "one" and read(root, "/etc/demo.d/common.conf") == "c1"
     assert down["state"]["packages"]["demo"]["version"] == "1.0.0"
-    assert os.listdir(os.path.join(root, "var/lib/nodewright/packages/demo")) == ["1.0.0"]
+    assert os.listdir(os.path.join(root, "var/lib/nodewright/packages/test/demo")) == ["1.0.0"]
 
 
 def test_files_replace_and_restore_host_files(root, tmp_path):
@@ -288,7 +293,7 @@ def test_files_replace_and_restore_host_files(root, tmp_path):
     assert read(root, "/etc/motd") == "original\n"
     assert not exists(root, "/etc/demo-extra/x.conf")
     assert result["state"] == {"packages": {}, "status": "complete"}
-    for gone in ("/var/lib/nodewright/packages/demo", "/var/lib/nodewright/flags/demo", "/etc/demo"):
+    for gone in ("/var/lib/nodewright/packages/test/demo", "/var/lib/nodewright/flags/test/demo", "/etc/demo"):
         assert not exists(root, gone)
 
 
@@ -362,7 +367,7 @@ def test_skyhook_shellscript_package_runs_unmodified(root, tmp_path):
     result = run_packages([{"src": os.path.join(SKYHOOK_FIXTURES, "shellscript"), "config": config,
                             "env": {"GREETING": "hello"}}], host_root=root, resource="gpu-base")
     assert stages_run(result) == [("shellscript", "apply", ["apply", "config"])]
-    pkg_dir = "/var/lib/nodewright/packages/shellscript/1.0.0"
+    pkg_dir = "/var/lib/nodewright/packages/gpu-base/shellscript/1.0.0"
     env = env_file(root, "apply")
     assert env["args"] == "apply hello", "env:GREETING was expanded"
     assert env["pwd"] == pkg_dir

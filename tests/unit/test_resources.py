@@ -71,7 +71,8 @@ def test_defaults_are_filled_in():
     result = validate_nodewright(nodewright())
     assert result["spec"] == {"nodeSelectors": {}, "podNonInterruptLabels": {}, "packages": {},
                               "priority": 200, "runtimeRequired": False, "autoTaintNewNodes": False,
-                              "additionalTolerations": []}
+                              "additionalTolerations": [], "sequencing": "node", "reapplyOnReboot": False,
+                              "runtimeRequiredCordonAfter": False}
 
 
 def test_interrupt_without_services_loses_the_empty_list():
@@ -121,7 +122,6 @@ def test_pause_and_disable_annotations():
     (nodewright({"priority": 10 ** 30}), "spec.priority", "a 64-bit integer, as the CRD takes it"),
     (nodewright({"priority": 2 ** 63}), "spec.priority", "got 9223372036854775808"),
     (nodewright({"runtimeRequired": "yes"}), "spec.runtimeRequired", "true or false"),
-    (nodewright({"autoTaintNewNodes": True}), "spec.autoTaintNewNodes", "needs runtimeRequired"),
     (nodewright({"additionalTolerations": {}}), "spec.additionalTolerations", "must be a list"),
     (nodewright({"additionalTolerations": [{"operator": "Equal", "value": "x"}]}), "spec.additionalTolerations[0]",
      "without a key must use operator Exists"),
@@ -153,25 +153,42 @@ def test_pause_and_disable_annotations():
      "spec.packages.tuning.containerSHA", "package has none"),
     (with_package(containerSHA="sha256:ABC"), "spec.packages.tuning.containerSHA", "64 lowercase hex"),
     (with_package(interrupt={"type": "restart"}), "spec.packages.tuning.interrupt.type", "unknown interrupt type"),
-    (with_package(interrupt={"type": "service"}), "spec.packages.tuning.interrupt.services", "needs services"),
+    (with_package(interrupt={"type": "service"}), "spec.packages.tuning.interrupt.services", "needs the services"),
     (with_package(interrupt={"type": "reboot", "services": ["kubelet"]}), "spec.packages.tuning.interrupt.services",
      "only used by interrupt type service"),
     (with_package(interrupt={"type": "service", "services": ["bad unit"]}),
-     "spec.packages.tuning.interrupt.services[0]", "not valid"),
-    (with_package(interrupt={"type": "noop", "when": "now"}), "spec.packages.tuning.interrupt.when", "unknown field"),
-    (with_package(configMap={"sysctl.d/99.conf": "x"}), 'spec.packages.tuning.configMap["sysctl.d/99.conf"]', "no '/'"),
-    (with_package(configMap={"a.conf": 3}), 'spec.packages.tuning.configMap["a.conf"]', "must be a string"),
+     "spec.packages.tuning.interrupt.services[0]", "is not a systemd unit name"),
+    (with_package(interrupt={"type": "noop", "when": "now"}), "spec.packages.tuning.interrupt.when", "unknown interrupt field"),
+    (with_package(configMap={"sysctl.d/99.conf": "x"}), "spec.packages.tuning.configMap.sysctl.d/99.conf", "no '/'"),
+    (with_package(configMap={"a.conf": 3}), "spec.packages.tuning.configMap.a.conf", "must be a string"),
     (with_package(configMap={"a.conf": "x"}, configInterrupts={"b.conf": {"type": "reboot"}}),
-     'spec.packages.tuning.configInterrupts["b.conf"]', "matches no key of configMap"),
+     "spec.packages.tuning.configInterrupts.b.conf", "matches no key of configMap"),
     (with_package(configMap={"a.conf": "x"}, configInterrupts={"*.properties": {"type": "reboot"}}),
-     'spec.packages.tuning.configInterrupts["*.properties"]', "matches no key"),
+     "spec.packages.tuning.configInterrupts.*.properties", "matches no key"),
     (with_package(configMap={"a.conf": "x"}, configInterrupts={"*.conf": {"type": "service"}}),
-     'spec.packages.tuning.configInterrupts["*.conf"].services', "needs services"),
+     "spec.packages.tuning.configInterrupts.*.conf.services", "needs the services"),
     (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": "1.0.0"}}}}),
      "spec.packages.tuning.dependsOn.other", "does not define"),
     (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": "1.0.0"}},
-                              "other": {"version": "2.0.0"}}}),
-     "spec.packages.tuning.dependsOn.other", "the resource has other 2.0.0"),
+                              "other": {"version": "0.9.0"}}}),
+     "spec.packages.tuning.dependsOn.other", "depends on other 1.0.0 or later, but the resource has other 0.9.0"),
+    (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": "1.0.0"}},
+                              "other": {"version": "1.0.0", "uninstall": {"enabled": True, "apply": True}}}}),
+     "spec.packages.tuning.dependsOn.other", "which uninstall.apply removes"),
+    (nodewright({"sequencing": "serial"}), "spec.sequencing", "unknown sequencing 'serial'"),
+    (nodewright({"stageTimeout": "-5m"}), "spec.stageTimeout", "must not be negative"),
+    (nodewright({"stageTimeout": 300}), "spec.stageTimeout", "must be a duration string"),
+    (with_package(stageTimeout="-1s"), "spec.packages.tuning.stageTimeout", "must not be negative"),
+    (with_package(stageTimeout="5 minutes"), "spec.packages.tuning.stageTimeout", "is not a duration"),
+    (with_package(uninstall={"apply": True}), "spec.packages.tuning.uninstall.apply", "without uninstall.enabled"),
+    (with_package(uninstall={"enable": True}), "spec.packages.tuning.uninstall.enable", "did you mean 'enabled'"),
+    (nodewright({"drainConfig": {"timeout": "5m", "gracePeriod": "10m"}}), "spec.drainConfig.gracePeriod",
+     "gracePeriod 10m is longer than timeout 5m"),
+    (nodewright({"drainConfig": {"timeout": "-1m"}}), "spec.drainConfig.timeout", "must not be negative"),
+    (nodewright({"drainConfig": {"force": "yes"}}), "spec.drainConfig.force", "true or false"),
+    (nodewright({"drainConfig": {"evict": False}}), "spec.drainConfig.evict", "unknown field"),
+    (nodewright({"runtimeRequiredCordonAfter": True}), "spec.runtimeRequiredCordonAfter", "needs runtimeRequired"),
+    (nodewright({"reapplyOnReboot": "yes"}), "spec.reapplyOnReboot", "true or false"),
     (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"tuning": "1.0.0"}}}}),
      "spec.packages.tuning.dependsOn.tuning", "depends on itself"),
     (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"other": ""}},
@@ -286,8 +303,9 @@ def test_every_dependency_problem_is_reported():
     assert messages == [
         "spec.packages.aa.dependsOn.zz: depends on package 'zz', which this resource does not define "
         "(add zz to packages or remove the dependency)",
-        "spec.packages.bb.dependsOn.cc: depends on cc 2.0.0, but the resource has cc 1.0.0 "
-        "(make the dependsOn version match the package's version)",
+        "spec.packages.bb.dependsOn.cc: depends on cc 2.0.0 or later, but the resource has cc 1.0.0: the dependency "
+        "cannot be met (raise cc to 2.0.0 or later, or lower the dependsOn version (it is the lowest version that will "
+        "do))",
         "spec.packages.cc.dependsOn.cc: package cc depends on itself",
         "spec.packages.bb.dependsOn: dependsOn forms a cycle: aa -> bb -> aa "
         "(packages must form a DAG; remove one of these dependencies)",
@@ -319,3 +337,33 @@ def test_a_name_with_a_trailing_newline_is_refused():
         validate_nodewright(nodewright(name="gpu-tuning\n"))
     with pytest.raises(ValidationError):
         validate_nodewright(with_package(version="1.2.3\n"))
+
+
+def test_depends_on_is_a_minimum_version():
+    obj = nodewright({"packages": {"app": {"version": "1.0.0", "dependsOn": {"lib": "1.0.0"}},
+                                   "lib": {"version": "1.4.0"}}})
+    assert validate_nodewright(obj)["spec"]["packages"]["app"]["dependsOn"] == {"lib": "1.0.0"}
+
+
+def test_upstream_parity_fields_are_accepted_and_drain_config_maps_onto_node_drain():
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import drain_options
+    obj = nodewright({"drainConfig": {"timeout": "15m", "gracePeriod": "90s", "deleteEmptyDirData": True,
+                                      "force": False, "ignoreDaemonSets": True, "disableEviction": False},
+                      "stageTimeout": "30m", "sequencing": "all", "reapplyOnReboot": True, "runtimeRequired": True,
+                      "runtimeRequiredCordonAfter": True,
+                      "packages": {"tuning": {"version": "1.0.0", "stageTimeout": "1h30m",
+                                              "uninstall": {"enabled": True, "apply": False}}}})
+    spec = validate_nodewright(obj)["spec"]
+    assert spec["drainConfig"]["gracePeriod"] == "90s" and spec["sequencing"] == "all"
+    assert spec["packages"]["tuning"]["uninstall"] == {"enabled": True, "apply": False}
+    assert spec["packages"]["tuning"]["stageTimeout"] == "1h30m"
+    assert drain_options(spec["drainConfig"]) == {"timeout": 900, "grace_period": 90, "delete_emptydir_data": True,
+                                                  "force": False, "ignore_daemonsets": True, "disable_eviction": False}
+    assert drain_options({"timeout": "0"}) == {}, "NodeWright always bounds a drain: 0 leaves the rollout's timeout"
+
+
+def test_auto_taint_without_runtime_required_is_accepted_and_does_nothing():
+    # Skyhook ignores autoTaintNewNodes without runtimeRequired, and manifests written for it
+    # (AICR's tuning-gke) rely on that.
+    out = validate_nodewright(nodewright({"autoTaintNewNodes": True}))
+    assert out["spec"]["autoTaintNewNodes"] is True and out["spec"]["runtimeRequired"] is False

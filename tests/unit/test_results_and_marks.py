@@ -151,7 +151,7 @@ def test_two_failing_resources_are_both_named():
 def test_a_malformed_state_annotation_counts_as_erroring():
     n = node({}, {"nodewright.io/state-c": "{not json"})
     status, _, message = ops.erroring_condition(n)
-    assert status == "True" and message.startswith("c: malformed nodewright.io/state-c annotation")
+    assert status == "True" and message.startswith("c: annotation nodewright.io/state-c on node n1 is malformed")
 
 
 def test_the_condition_clears_only_when_no_resource_is_erroring():

@@ -316,3 +316,88 @@ def test_kdump_new_reservation_needs_a_reboot(root):
     hostroot.boot(root)
     run_packages([], host_root=root, resource="fleet", phase="post-interrupt")
     assert "crashkernel=512M" in read(root, "/proc/cmdline")
+
+
+# --------------------------------------------------------------------------- shellscript checks
+# Skyhook's configMap keys exactly as a Skyhook resource writes them (apply_check.sh,
+# config_check.sh, ...): the check that the config supplies is the check that runs.
+
+SHELLSCRIPT = os.path.join(SHIPPED, "shellscript")
+
+
+def test_shellscript_runs_skyhooks_check_names_and_a_failing_check_fails(root):
+    config = {"apply.sh": "echo hi > /etc/hello", "apply_check.sh": "exit 1"}
+    with pytest.raises(StepFailed) as caught:
+        apply(root, SHELLSCRIPT, config)
+    assert "check 'apply-check' of stage apply-check exited 1" in str(caught.value)
+    state = caught.value.state["packages"]["shellscript"]
+    assert (state["stage"], state["state"]) == ("apply", "erroring"), "never recorded complete"
+    assert state["checks"]["apply-check"]["result"] == "failed"
+    assert state["checks"]["apply-check"]["exitCode"] == 1
+    log = read(root, caught.value.log[len(root):])
+    assert "running apply_check.sh for stage apply-check" in log
+    assert "nothing to do" not in log
+
+
+def test_shellscript_skyhook_names_through_the_whole_lifecycle(root, tmp_path):
+    config = {
+        "apply.sh": "mkdir -p /etc/hello && echo hi > /etc/hello/msg",
+        "apply_check.sh": "grep -q hi /etc/hello/msg",
+        "config.sh": 'cp "$NODEWRIGHT_CONFIG_DIR/greeting" /etc/hello/greeting',
+        "config_check.sh": 'cmp "$SKYHOOK_DIR/configmaps/greeting" /etc/hello/greeting',
+        "upgrade.sh": "touch /etc/hello/upgraded",
+        "upgrade_check.sh": "test -f /etc/hello/upgraded",
+        "uninstall.sh": "rm -rf /etc/hello",
+        "uninstall_check.sh": "test ! -e /etc/hello",
+        "greeting": "hello",
+    }
+    applied = apply(root, SHELLSCRIPT, config)
+    checks = applied["results"][0]["checks"]
+    assert {k: (v["result"], v["exitCode"]) for k, v in checks.items()} == {
+        "apply-check": ("passed", 0), "config-check": ("passed", 0)}
+    assert applied["state"]["packages"]["shellscript"]["checks"]["config-check"]["result"] == "passed"
+    newer = version_of("shellscript", tmp_path, "1.1.0")
+    upgraded = apply(root, newer, config)
+    assert upgraded["results"][0]["checks"]["upgrade-check"]["result"] == "passed"
+    assert exists(root, "/etc/hello/upgraded")
+    removed = run_packages([{"src": newer, "state": "absent",
+                             "config": config}], host_root=root, resource="fleet")
+    assert removed["results"][0]["checks"]["uninstall-check"]["result"] == "passed"
+    assert not exists(root, "/etc/hello")
+
+
+@pytest.mark.parametrize("check_key", ["apply_check.sh", "apply-check.sh"])
+def test_shellscript_accepts_both_names_of_a_check(root, check_key):
+    result = apply(root, SHELLSCRIPT, {"apply.sh": "echo hi > /etc/hi", check_key: "grep -q hi /etc/hi"})
+    assert result["results"][0]["checks"]["apply-check"]["result"] == "passed"
+
+
+def test_a_script_without_its_check_is_refused_before_the_node_is_touched(root):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+    with pytest.raises(ValidationError) as caught:
+        apply(root, SHELLSCRIPT, {"config.sh": "echo on > /etc/on"})
+    err = caught.value
+    assert err.field == "packages[0].config.config_check.sh"
+    assert "supplies config.sh for stage config but no script for its check config-check" in str(err)
+    assert "add config_check.sh" in err.hint and "config-check.sh is accepted too" in err.hint
+    assert not exists(root, "/var/lib/nodewright"), "nothing on the host changed"
+    assert not exists(root, "/etc/on")
+
+
+def test_two_names_for_one_check_are_refused(root):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+    with pytest.raises(ValidationError) as caught:
+        apply(root, SHELLSCRIPT, {"apply.sh": "true", "apply_check.sh": "true", "apply-check.sh": "true"})
+    assert "supplies apply_check.sh and apply-check.sh for stage apply-check" in str(caught.value)
+    assert not exists(root, "/var/lib/nodewright")
+
+
+def test_a_stage_without_a_script_says_so_instead_of_passing(root):
+    result = apply(root, SHELLSCRIPT, {"config.sh": "echo on > /etc/on", "config_check.sh": "grep -q on /etc/on"})
+    steps = {(s["stage"], s["skipped"]): s for s in result["results"][0]["steps"]}
+    skipped = steps[("apply-check", True)]
+    assert "the config supplies no script for stage apply-check (apply_check.sh or apply-check.sh)" \
+        in skipped["reason"]
+    checks = result["state"]["packages"]["shellscript"]["checks"]
+    assert checks["apply-check"]["result"] == "skipped" and "no script" in checks["apply-check"]["reason"]
+    assert checks["config-check"]["result"] == "passed"

@@ -194,9 +194,6 @@ def with_spec_field(key, value):
     (with_package_field("gracefulShutdown", "5m"), "spec.packages.tuning.gracefulShutdown", "grace period"),
     (with_package_field("agentImageOverride", "ghcr.io/nvidia/skyhook/agent:6.4.2"),
      "spec.packages.tuning.agentImageOverride", "agent image"),
-    (with_package_field("stageTimeout", "30m"), "spec.packages.tuning.stageTimeout", "stage timeout"),
-    (with_package_field("uninstall", {"enabled": True, "apply": True}), "spec.packages.tuning.uninstall",
-     "uninstall playbook"),
     (with_package_field("bogus", 1), "spec.packages.tuning.bogus", "not a Skyhook package field"),
     (with_package_field("name", "other"), "spec.packages.tuning.name", "differs from its key"),
     (with_package_field("image", "ghcr.io/nvidia/skyhook-packages/tuning:1.3.0"), "spec.packages.tuning.image",
@@ -205,8 +202,6 @@ def with_spec_field(key, value):
      "spec.packages.tuning.image", "differs from containerSHA"),
     (with_package_field("env", [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
      "spec.packages.tuning.env[0].valueFrom.fieldRef", "only secretKeyRef and configMapKeyRef"),
-    (with_spec_field("drainConfig", {"timeout": "10m"}), "spec.drainConfig", "rollout playbook"),
-    (with_spec_field("sequencing", "all"), "spec.sequencing", "barrier"),
     (with_spec_field("unknownField", True), "spec.unknownField", "not a Skyhook field"),
     (with_spec_field("interruptionBudget", {"count": 0}), "spec.interruptionBudget.count", "never let a node start"),
     (with_spec_field("interruptionBudget", "25%"), "spec.interruptionBudget", "must be a mapping"),
@@ -220,35 +215,78 @@ def test_fields_without_an_equivalent_are_named(obj, field, message):
 
 def test_the_hint_says_how_to_convert_anyway():
     with pytest.raises(ValidationError) as err:
-        convert(with_spec_field("drainConfig", {"timeout": "10m"}))
-    assert err.value.hint == "remove it from the source resource, or convert with drop=['spec.drainConfig'] to leave it out"
+        convert(with_package_field("gracefulShutdown", "5m"))
+    assert err.value.hint == ("remove it from the source resource, or convert with "
+                              "drop=['spec.packages.tuning.gracefulShutdown'] to leave it out")
 
 
 def test_drop_leaves_named_fields_out_and_says_so():
     obj = with_package_field("resources", {"cpuRequest": "100m"})
     obj["spec"]["packages"]["nvidia-setup"]["gracefulShutdown"] = "2m"
-    obj["spec"]["drainConfig"] = {"timeout": "10m"}
-    result = convert(obj, drop=["spec.packages.*.resources", "spec.packages.*.gracefulShutdown", "spec.drainConfig"])
+    obj["spec"]["packages"]["tuning"]["agentImageOverride"] = "ghcr.io/nvidia/skyhook/agent:6.4.2"
+    result = convert(obj, drop=["spec.packages.*.resources", "spec.packages.*.gracefulShutdown",
+                                "spec.packages.*.agentImageOverride"])
     assert "resources" not in result.resource["spec"]["packages"]["tuning"]
-    assert "drainConfig" not in result.resource["spec"]
+    assert "agentImageOverride" not in result.resource["spec"]["packages"]["tuning"]
     assert sum(1 for note in result.notes if note.startswith("dropped spec.")) == 3
 
 
 def test_drop_does_not_cover_other_fields():
     obj = with_package_field("resources", {"cpuRequest": "100m"})
     with pytest.raises(ValidationError) as err:
-        convert(obj, drop="spec.drainConfig")
+        convert(obj, drop="spec.packages.*.gracefulShutdown")
     assert err.value.field == "spec.packages.tuning.resources"
 
 
-def test_an_uninstall_not_requested_is_dropped_with_a_note():
-    result = convert(with_package_field("uninstall", {"enabled": True, "apply": False}))
-    assert "uninstall" not in result.resource["spec"]["packages"]["tuning"]
-    assert any("uninstall is not requested" in note for note in result.notes)
+def upstream_nodewright():
+    """An upstream NodeWright (v0.15) object with its later fields, as the API returns
+    it: the fields it marks nullable come back as null when unset."""
+    obj = skyhook_from_cluster()
+    obj["apiVersion"] = "nodewright.nvidia.com/v1alpha1"
+    obj["kind"] = "NodeWright"
+    obj["spec"].update({
+        "drainConfig": {"timeout": "20m", "gracePeriod": "60s", "deleteEmptyDirData": True, "force": None,
+                        "ignoreDaemonSets": True, "disableEviction": False},
+        "sequencing": "all", "runtimeRequired": True, "runtimeRequiredCordonAfter": True})
+    obj["spec"]["packages"]["tuning"].update({"stageTimeout": "45m", "uninstall": {"enabled": True, "apply": False}})
+    return obj
 
 
-def test_sequencing_node_is_nodewrights_behaviour():
-    assert "sequencing" not in convert_skyhook(with_spec_field("sequencing", "node"))["spec"]
+def test_upstream_parity_fields_carry_over():
+    result = convert(upstream_nodewright())
+    spec = result.resource["spec"]
+    assert spec["drainConfig"] == {"timeout": "20m", "gracePeriod": "60s", "deleteEmptyDirData": True,
+                                   "ignoreDaemonSets": True, "disableEviction": False}
+    assert (spec["sequencing"], spec["runtimeRequiredCordonAfter"]) == ("all", True)
+    assert spec["packages"]["tuning"]["stageTimeout"] == "45m"
+    assert spec["packages"]["tuning"]["uninstall"] == {"enabled": True, "apply": False}
+    assert not any("drainConfig" in n or "uninstall" in n or "sequencing" in n for n in result.notes)
+
+
+def test_upstream_uninstall_apply_and_node_sequencing():
+    obj = skyhook_from_cluster()
+    obj["spec"]["sequencing"] = "node"
+    obj["spec"]["packages"]["nvidia-setup"]["uninstall"] = {"enabled": True, "apply": True}
+    spec = convert_skyhook(obj)["spec"]
+    assert spec["sequencing"] == "node"
+    assert spec["packages"]["nvidia-setup"]["uninstall"] == {"enabled": True, "apply": True}
+
+
+@pytest.mark.parametrize("change,field,words", [
+    (lambda o: o["spec"]["drainConfig"].update(timeout="5m", gracePeriod="10m"), "spec.drainConfig.gracePeriod",
+     "longer than timeout"),
+    (lambda o: o["spec"].update(sequencing="serial"), "spec.sequencing", "unknown sequencing"),
+    (lambda o: o["spec"]["packages"]["tuning"].update(stageTimeout="-10m"), "spec.packages.tuning.stageTimeout",
+     "must not be negative"),
+    (lambda o: o["spec"]["packages"]["tuning"].update(uninstall={"enabled": False, "apply": True}),
+     "spec.packages.tuning.uninstall.apply", "without uninstall.enabled"),
+])
+def test_upstream_parity_fields_are_validated_on_the_way(change, field, words):
+    obj = upstream_nodewright()
+    change(obj)
+    with pytest.raises(ValidationError) as err:
+        convert(obj)
+    assert err.value.field == field and words in str(err.value)
 
 
 def test_converted_resource_is_validated():
@@ -339,19 +377,30 @@ def test_kind_specific_entry_points():
 def test_every_problem_of_a_skyhook_object_is_reported_at_once():
     obj = with_package_field("resources", {"cpuRequest": "100m"})
     obj["spec"]["packages"]["tuning"]["name"] = "other"
-    obj["spec"]["drainConfig"] = {"timeout": "10m"}
-    obj["spec"]["sequencing"] = "all"
+    obj["spec"]["packages"]["tuning"]["gracefulShutdown"] = "30s"
+    obj["spec"]["sequencing"] = "sometimes"
     obj["spec"]["priority"] = 0
     with pytest.raises(ValidationError) as err:
         convert(obj)
     assert [e.field for e in err.value.errors] == [
-        "spec.packages.tuning.name", "spec.packages.tuning.resources", "spec.drainConfig", "spec.sequencing",
-        "spec.priority"]
+        "spec.packages.tuning.name", "spec.packages.tuning.resources", "spec.packages.tuning.gracefulShutdown",
+        "spec.priority", "spec.sequencing"]
     assert str(err.value).startswith("5 problems: (1) spec.packages.tuning.name: package name 'other' differs")
     assert "(2) spec.packages.tuning.resources: has no NodeWright equivalent" in str(err.value)
 
 
 def test_the_drop_hint_can_name_the_callers_own_option():
     with pytest.raises(ValidationError) as err:
-        convert(with_spec_field("drainConfig", {"timeout": "10m"}), drop_hint="list %r in skyhook_drop")
-    assert err.value.hint == "remove it from the source resource, or list 'spec.drainConfig' in skyhook_drop"
+        convert(with_package_field("gracefulShutdown", "30s"), drop_hint="list %r in skyhook_drop")
+    assert err.value.hint == ("remove it from the source resource, or list 'spec.packages.tuning.gracefulShutdown' "
+                              "in skyhook_drop")
+
+
+def test_auto_taint_without_runtime_required_converts_with_a_note():
+    obj = skyhook_from_cluster()
+    obj["spec"].update(runtimeRequired=False, autoTaintNewNodes=True)
+    result = convert(obj)
+    assert result.resource["spec"]["autoTaintNewNodes"] is True
+    assert any("autoTaintNewNodes has no effect without spec.runtimeRequired" in n for n in result.notes)
+    obj["spec"]["runtimeRequired"] = True
+    assert not any("autoTaintNewNodes" in n for n in convert(obj).notes)

@@ -490,7 +490,7 @@ def test_a_driver_option_change_rebuilds_the_initramfs_and_takes_effect_after_th
     hostroot.boot(root)
     assert not exists(root, "/sys/module/nvidia/parameters/NVreg_EnableResizableBar")
     # An initramfs not built from the options in place is drift: the check stage says so.
-    os.unlink(os.path.join(root, "var/lib/nodewright/data/nvidia-tuning/initramfs"))
+    os.unlink(os.path.join(root, "var/lib/nodewright/data/%s/nvidia-tuning/initramfs" % RESOURCE))
     drift = check_packages(host_root=root, resource=RESOURCE)
     assert [(d["name"], d["stage"]) for d in drift["drifted"]] == [(PACKAGE_NAME, "config-check")]
     assert "initramfs was not rebuilt" in drift["drifted"][0]["message"]
@@ -548,7 +548,7 @@ def test_cos_gets_sysctls_only_and_never_a_reboot(tmp_path, base_image):
     applied = run(root, spec)
     assert applied["interrupt"] == NOOP
     assert sh(root, "sysctl -n net.core.rmem_max") == "536870912"
-    written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/nvidia-tuning/files").splitlines()]
+    written = [line.split("\t")[2] for line in read(root, "/var/lib/nodewright/data/%s/nvidia-tuning/files" % RESOURCE).splitlines()]
     assert written == [SYSCTL_FILE]
     assert not exists(root, GRUB_FILE) and not exists(root, MODPROBE_FILE)
     # No interrupt, so no post-interrupt check: the config check reads the settings back.

@@ -30,6 +30,7 @@ class ValidationError(NodeWrightError):
     """
 
     def __init__(self, message, field=None, hint=None, source=None, line=None):
+        self.reason = message  # the message without the source and field prefix
         self.field = field
         self.source = source
         self.line = line

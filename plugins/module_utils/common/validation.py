@@ -10,6 +10,7 @@ Every error names the field as a path into the input (``spec.default.budget.coun
 from __future__ import annotations
 
 import difflib
+import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 
@@ -128,3 +129,37 @@ class ValidationErrors(ValidationError):
         self.field = first.field
         self.source = first.source
         self.line = first.line
+
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+# The form the CRDs accept (Go's time.ParseDuration without signs and sub-millisecond units).
+DURATION_PATTERN = r"^(0|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$"
+
+
+def parse_duration(value, where, what="duration", allow_none=True):
+    """Seconds from a duration: ``"90s"``, ``"30m"``, ``"1h30m"``, ``"0"`` (Go's
+    notation, as Kubernetes objects write it) or a whole number of seconds. None
+    stays None (when allowed); a negative or malformed one is refused."""
+    hint = "a duration such as 90s, 30m or 1h30m (0 for none), or a whole number of seconds"
+    if value is None:
+        if allow_none:
+            return None
+        raise ValidationError("%s is required" % what, field=where, hint=hint)
+    if isinstance(value, bool):
+        raise ValidationError("%s must be a duration, got %r" % (what, value), field=where, hint=hint)
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValidationError("%s must not be negative, got %s" % (what, value), field=where, hint=hint)
+        return value
+    if not isinstance(value, str):
+        raise ValidationError("%s must be a duration, got %r" % (what, value), field=where, hint=hint)
+    text = value.strip()
+    if text.startswith("-"):
+        raise ValidationError("%s must not be negative, got %r" % (what, value), field=where, hint=hint)
+    if text.isdigit():
+        return int(text)
+    if not re.match(DURATION_PATTERN, text):
+        raise ValidationError("%s %r is not a duration" % (what, value), field=where, hint=hint)
+    total = sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+    return int(total) if total == int(total) else total

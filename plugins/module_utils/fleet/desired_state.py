@@ -7,19 +7,69 @@ would run (apply / upgrade / config / uninstall / nothing) and which interrupt.
 
 Pure functions over plain dicts (resources, nodes as the API returns them, the
 node's recorded state); reading the cluster is the caller's business.
+
+``describe`` returns, per resource, what a rollout of it needs - the keys the
+rollout driver reads (``rollout.yml`` today, the controller-side sequence after it):
+
+=========================== ==========================================================
+``name``, ``priority``      the resource and its priority (lower first)
+``generation``              its ``metadata.generation``
+``paused``, ``disabled``    its pause / disable annotations
+``deleting``                it has a ``deletionTimestamp``: no rollout; its nodes are
+                            uninstalled (``deletion``, ``playbooks/uninstall.yml``)
+``policy``, ``policy_name`` the DeploymentPolicy spec in force and its name
+``waves``                   the waves the policy makes (a dry run)
+``targets``                 targeted nodes in batch order: the ones the resource's
+                            ``status.nodePriority`` names first (in that order), then
+                            oldest ``creationTimestamp`` first
+``work``                    targets with something to do (not held, not malformed)
+``nodes``                   per target: ``actions`` per package, ``interrupt``,
+                            ``changed``, ``disruptive``, ``packages`` (plan entries)
+``packages``                the package module's specs, sources resolved; each with
+                            ``stage_timeout`` (seconds) when one applies,
+                            ``reapply_on_reboot`` with ``reapplyOnReboot`` and
+                            ``state: absent`` for a package with ``uninstall.apply``
+``non_interruptible``       ``podNonInterruptLabels``
+``runtime_required``        ``runtimeRequired``
+``drain``                   ``drainConfig`` as ``nodewright.fleet.node_drain`` options
+                            (``timeout``, ``grace_period`` in seconds,
+                            ``delete_emptydir_data``, ``force``, ``ignore_daemonsets``,
+                            ``disable_eviction``), only those the resource sets; the
+                            driver merges: role defaults < ``drain`` < variables the
+                            user gave the playbook
+``stage_timeout``           ``spec.stageTimeout`` in seconds (None: no bound)
+``sequencing``              ``node`` or ``all``; ``held`` (a reason) and ``held_by``
+                            when an earlier ``sequencing: all`` resource is not
+                            complete everywhere yet (``apply_sequencing``): then
+                            ``work`` is empty
+``uninstall``               ``{enabled: [packages], apply: [packages]}``: the packages
+                            uninstalled when the resource is deleted, and now
+``reapply_on_reboot``       ``reapplyOnReboot``: the package module applies a complete
+                            package again when the node's boot id changed since
+                            (its specs carry it), and the reconciler re-taints a
+                            runtimeRequired node for that (``gating.retaint_after_reboot``)
+``runtime_required_cordon_after``  ``runtimeRequiredCordonAfter`` (the gate's decision)
+``malformed``               ``[{node, resource, message}]``: targets whose state
+                            annotation cannot be parsed; they are left out of ``work``
+                            and the rollout marks them (condition ``nodewright.io/
+                            Erroring``, reason ``MalformedState``)
+``recorded``                nodes that carry a state of this resource (targeted or
+                            not): what an uninstall of it must visit
+=========================== ==========================================================
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import planner as package_planner
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import package as tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import parse_duration
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_policy,
@@ -29,6 +79,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import order_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
+    drain_options,
     is_disabled,
     is_paused,
     validate_nodewright,
@@ -50,12 +101,19 @@ def order_resources(resources):
 
 
 def targeted_nodes(resource, nodes):
-    """Names of the nodes the resource selects, minus ignored ones, oldest first."""
+    """Names of the nodes the resource selects, minus ignored ones, in batch order: the
+    nodes its ``status.nodePriority`` names first (in that order), then oldest first."""
     selector = resource_selector(resource)
     chosen = [n for n in nodes if targets(resource, (n.get("metadata") or {}).get("labels"), selector)]
     flat = [{"name": n["metadata"]["name"], "labels": n["metadata"].get("labels") or {},
              "creationTimestamp": n["metadata"].get("creationTimestamp")} for n in chosen]
-    return order_nodes(flat)
+    return order_nodes(flat, sticky=node_priority(resource))
+
+
+def node_priority(resource):
+    """``status.nodePriority``: node name -> when it first had work for the resource."""
+    value = ((resource or {}).get("status") or {}).get("nodePriority")
+    return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
 
 
 def resolve_source(name, package, package_dirs, where, resolver=None):
@@ -126,16 +184,26 @@ def _load(src, cache):
     return cache[src]
 
 
+def stage_timeout(value, where):
+    """Seconds of a stageTimeout (None: no bound)."""
+    return parse_duration(value, where, what="stageTimeout") or None
+
+
 def package_specs(resource, package_dirs, cache=None):
     """The package module's specs for a validated NodeWright resource, each checked
-    against its manifest (version, expected config) before any node is touched."""
+    against its manifest (version, expected config, the scripts its checks need)
+    before any node is touched. Errors name the resource's fields
+    (``spec.packages.<name>.configMap.<key>``)."""
     specs = []
     problems = Problems()
+    default_timeout = stage_timeout(resource["spec"].get("stageTimeout"), "spec.stageTimeout")
     for name, pkg in sorted((resource["spec"].get("packages") or {}).items()):
         where = "spec.packages.%s" % name
         with problems.collect():
             src = resolve_source(name, pkg, package_dirs, where)
             spec = {"name": name, "src": src, "version": pkg["version"], "config": pkg.get("configMap") or {}}
+            if (pkg.get("uninstall") or {}).get("apply"):
+                spec["state"] = "absent"
             if pkg.get("interrupt"):
                 spec["interrupt"] = pkg["interrupt"]
             if pkg.get("configInterrupts"):
@@ -144,9 +212,16 @@ def package_specs(resource, package_dirs, cache=None):
                 spec["depends_on"] = pkg["dependsOn"]
             if pkg.get("env"):
                 spec["env"] = {e["name"]: e.get("value", "") for e in pkg["env"] if "name" in e}
+            timeout = stage_timeout(pkg.get("stageTimeout"), where + ".stageTimeout") if "stageTimeout" in pkg \
+                else default_timeout
+            if timeout:
+                spec["stage_timeout"] = timeout
+            if resource["spec"].get("reapplyOnReboot"):
+                spec["reapply_on_reboot"] = True
             package = _load(src, cache)
             try:
-                package_planner.desired_from_spec(spec, package)  # version and config checked here
+                # version, expected config and the check scripts are checked here
+                package_planner.desired_from_spec(spec, package, where=where, config_field="configMap")
             except ValidationError as exc:
                 raise _in_resource(exc, where)
             specs.append(spec)
@@ -155,14 +230,12 @@ def package_specs(resource, package_dirs, cache=None):
 
 
 def recorded_state(node, resource_name):
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource_name))
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) and "packages" in value else None
+    """The state ``resource_name`` recorded on ``node`` (``node/state.py``): None when
+    there is none; raises ``UnreadableState`` when it cannot be parsed."""
+    state = node_state.read_node_state(node, resource_name)
+    if "error" in state:
+        raise node_state.UnreadableState(state["error"])
+    return state if "packages" in state else None
 
 
 def desired_packages(specs, cache=None):
@@ -174,7 +247,7 @@ def node_plan(specs, node, resource_name, desired=None, cache=None):
     """What would run on this node, and whether it disrupts workloads."""
     if desired is None:
         desired = desired_packages(specs, cache)
-    result = package_planner.plan(desired, recorded_state(node, resource_name))
+    result = package_planner.plan(desired, recorded_state(node, resource_name), boot_id=node_state.boot_id(node))
     interrupt = result.get("interrupt") or {"type": "noop"}
     return {"actions": {p["name"]: p["action"] for p in result["packages"]},
             "interrupt": interrupt, "changed": bool(result.get("changed")),
@@ -226,10 +299,12 @@ def policy_for(resource, policies):
 
 def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
     """Everything a rollout of one resource needs, validated; raises on bad input.
-
-    ``waves`` is filled in by ``describe_all``: the waves of a run of every resource
-    together, which is what a rollout makes."""
+    The keys are listed in this module's docstring; ``waves`` is filled in by
+    ``describe_all``: the waves of a run of every resource together, which is what a
+    rollout makes."""
+    original = resource
     resource = validate_nodewright(resource)
+    spec = resource["spec"]
     name = resource["metadata"]["name"]
     targets = targeted_nodes(resource, nodes)
     cache = {} if cache is None else cache
@@ -237,24 +312,49 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
     by_name = by_name or {n["metadata"]["name"]: n for n in nodes}
     specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets], cache)
     desired = desired_packages(specs, cache)
-    plans = {t: node_plan(specs, by_name[t], name, desired=desired) for t in targets}
+    plans, malformed = {}, []
+    for t in targets:
+        problem = node_state.unreadable(by_name[t], name)
+        if problem:
+            malformed.append({"node": t, "resource": name, "message": problem})
+            plans[t] = {"actions": {}, "interrupt": {"type": "noop"}, "changed": False, "disruptive": False,
+                        "packages": [], "malformed": problem}
+            continue
+        plans[t] = node_plan(specs, by_name[t], name, desired=desired)
     for t, settings in tuning_settings.items():
-        plans[t]["nvidia_tuning"] = settings
+        if t in plans:
+            plans[t]["nvidia_tuning"] = settings
     policy = policy_for(resource, policies)
+    bad = {m["node"] for m in malformed}
+    deleting = bool(((original or {}).get("metadata") or {}).get("deletionTimestamp"))
     # A node left mid-sequence (a crash after its packages ran, before it was marked
     # complete) or marked erroring is work too: the safe sequence resumes or retries it.
-    work = [t for t in targets if plans[t]["changed"] or _unfinished(by_name[t], name)]
+    # A node whose state cannot be read is left alone until it is fixed or reset.
+    work = [] if deleting else [t for t in targets if t not in bad
+                                and (plans[t]["changed"] or _unfinished(by_name[t], name))]
+    sticky = node_priority(original)
+    packages = spec.get("packages") or {}
     return {
-        "name": name, "priority": resource["spec"].get("priority", DEFAULT_PRIORITY),
+        "name": name, "priority": spec.get("priority", DEFAULT_PRIORITY),
         "generation": resource["metadata"].get("generation"),
-        "paused": is_paused(resource), "disabled": is_disabled(resource),
-        "policy": policy, "policy_name": resource["spec"].get("deploymentPolicy"),
+        "paused": is_paused(resource), "disabled": is_disabled(resource), "deleting": deleting,
+        "policy": policy, "policy_name": spec.get("deploymentPolicy"),
         "waves": {"waves": [], "status": "unplanned", "reason": "planned with every resource (describe_all)"},
-        "non_interruptible": resource["spec"].get("podNonInterruptLabels") or {},
-        "runtime_required": bool(resource["spec"].get("runtimeRequired")),
+        "non_interruptible": spec.get("podNonInterruptLabels") or {},
+        "runtime_required": bool(spec.get("runtimeRequired")),
         "targets": targets, "packages": specs, "nodes": plans,
         "work": work,
-        "drain": resource["spec"].get("drainConfig") or {},
+        "node_order": {t: sticky[t] for t in targets if t in sticky},
+        "drain": drain_options(spec.get("drainConfig")),
+        "stage_timeout": stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
+        "sequencing": spec.get("sequencing", "node"),
+        "uninstall": {"enabled": sorted(p for p, v in packages.items() if (v.get("uninstall") or {}).get("enabled")),
+                      "apply": sorted(p for p, v in packages.items() if (v.get("uninstall") or {}).get("apply"))},
+        "reapply_on_reboot": bool(spec.get("reapplyOnReboot")),
+        "runtime_required_cordon_after": bool(spec.get("runtimeRequiredCordonAfter")),
+        "malformed": malformed,
+        "recorded": sorted(n["metadata"]["name"] for n in nodes
+                           if node_state.annotation_text(n, name) is not None),
     }
 
 
@@ -307,17 +407,19 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
                         "nodeSelectors disjoint (nothing was changed)", "conflict": True}
                        for name, reasons in sorted(bad.items()))
         rollouts = [r for r in rollouts if r["name"] not in bad]
+    apply_sequencing(rollouts)
     if only is not None:
         rollouts = [r for r in rollouts if r["name"] == only]
         blocked = [b for b in blocked if b["name"] == only]
     runnable = []
     for entry in rollouts:
-        if entry["paused"] or entry["disabled"]:
+        if entry["paused"] or entry["disabled"] or entry.get("deleting"):
             continue
         policy = parse_policy(entry["policy"])
         state, _note = resume_state(policy, objects.get(entry["name"]))
         runnable.append(driver_mod.ResourceRollout(entry["name"], policy, targets=entry["targets"],
-                                                   work=entry["work"], priority=entry["priority"], state=state))
+                                                   work=entry["work"], priority=entry["priority"], state=state,
+                                                   order=entry.get("node_order")))
     view = driver_mod.simulated_view(nodes, holders, now)
     run, status, reason = driver_mod.plan_run(runnable, view)
     per = {res.name: res for res in run.resources}
@@ -337,3 +439,25 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
                           "reason": decision.reason if decision else "nothing to do"}
     return {"rollouts": rollouts, "blocked": blocked, "waves": driver_mod.waves_of(run), "conflicts": found,
             "status": status, "reason": reason}
+
+
+def apply_sequencing(rollouts):
+    """``sequencing: all``: a resource that is not complete on every node it targets
+    holds every resource of a later priority - each gets ``held`` (why), ``held_by``
+    and no ``work`` - until it is. ``rollouts`` are ``describe`` results in priority
+    order; they are changed in place and returned. A disabled resource holds nothing
+    (it is withdrawn); resources of the same priority are not held by each other."""
+    holder = None
+    for r in rollouts:
+        if holder is not None and r["priority"] > holder["priority"] and not r.get("deleting"):
+            pending = len(holder["work"]) + len(holder.get("malformed") or [])
+            r["held_by"] = holder["name"]
+            r["held"] = ("waiting for %s (priority %d, sequencing: all) to complete on every node it targets; "
+                         "%d of %d still to do" % (holder["name"], holder["priority"], pending,
+                                                  len(holder["targets"])))
+            r["work"] = []
+            continue
+        if holder is None and r.get("sequencing") == "all" and not r.get("disabled") and not r.get("deleting") \
+                and (r["work"] or r.get("malformed")):
+            holder = r
+    return rollouts

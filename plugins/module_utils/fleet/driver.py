@@ -77,8 +77,9 @@ class ResourceRollout(object):
     """One NodeWright resource in a run: its policy, its targets, the nodes with work."""
 
     def __init__(self, name, policy, targets, work, priority=200, eligible=None, state=None, source=None,
-                 data=None):
+                 data=None, order=None):
         self.name = name
+        self.order = dict(order or {})        # node -> its place in status.nodePriority (kept across runs)
         self.policy = policy
         self.targets = list(targets)          # node names, batch order
         self.work = set(work)                 # targets with something to do
@@ -101,6 +102,13 @@ class ResourceRollout(object):
 
     def sort_key(self):
         return (self.priority, self.name)
+
+    def node_view(self, info):
+        """The engine's view of a node, with its stable place in the batch order."""
+        view = info.view()
+        if info.name in self.order:
+            view["nodewrightOrder"] = self.order[info.name]
+        return view
 
 
 @dataclass
@@ -306,7 +314,7 @@ class RolloutDriver(object):
             for name in assignment:
                 node = view.nodes.get(name)
                 busy[name] = node.labels if node is not None else {}
-            targets = [view.nodes[t].view() for t in res.targets if t in view.nodes]
+            targets = [res.node_view(view.nodes[t]) for t in res.targets if t in view.nodes]
             present = {t["name"] for t in targets}
             decision = next_wave(res.state, targets,
                                  in_progress_elsewhere=[{"name": n, "labels": lbl} for n, lbl in sorted(busy.items())],

@@ -20,8 +20,20 @@ import copy
 import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems, did_you_mean
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import (
+    DURATION_PATTERN,
+    Problems,
+    did_you_mean,
+    field_path,
+    parse_duration,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (  # noqa: F401 - re-exported
+    INTERRUPT_TYPES,
+    SERVICE_PATTERN,
+    compact,
+    parse_interrupt,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     ANNOTATION_DISABLE,
     ANNOTATION_PAUSE,
@@ -30,9 +42,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers impor
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     CONFIG_KEY_RE,
-    INTERRUPT_TYPES,
     NAME_RE,
     SEMVER_RE,
+    Version,
     config_key_matches,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
@@ -67,7 +79,6 @@ IMAGE_PATTERN = (r"^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?"
 CONFIG_KEY_PATTERN = CONFIG_KEY_RE.pattern
 CONFIG_INTERRUPT_KEY_PATTERN = r"^[-._a-zA-Z0-9*]+$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-SERVICE_PATTERN = r"^[-a-zA-Z0-9:_.@\\]+$"
 # A NodeWright's name becomes part of label and annotation keys on nodes
 # (nodewright.io/status-<name>), whose name part is at most 63 characters.
 # (The API server also holds every object name to the DNS-1123 subdomain rule; names.py checks both.)
@@ -78,9 +89,17 @@ OBJECT_NAME_MAX = names.DNS1123_SUBDOMAIN_MAX
 
 NODEWRIGHT_SPEC_FIELDS = ("nodeSelectors", "packages", "podNonInterruptLabels", "interruptionBudget",
                           "deploymentPolicy", "deploymentPolicyOptions", "priority", "runtimeRequired",
-                          "autoTaintNewNodes", "additionalTolerations")
+                          "autoTaintNewNodes", "additionalTolerations", "drainConfig", "stageTimeout", "sequencing",
+                          "reapplyOnReboot", "runtimeRequiredCordonAfter")
 PACKAGE_FIELDS = ("version", "image", "containerSHA", "source", "interrupt", "configMap",
-                  "configInterrupts", "dependsOn", "env")
+                  "configInterrupts", "dependsOn", "env", "stageTimeout", "uninstall")
+SEQUENCING = ("node", "all")
+DRAIN_FIELDS = ("timeout", "gracePeriod", "deleteEmptyDirData", "force", "ignoreDaemonSets", "disableEviction")
+# drainConfig field -> the nodewright.fleet.node_drain option it sets.
+DRAIN_OPTIONS = {"timeout": "timeout", "gracePeriod": "grace_period", "deleteEmptyDirData": "delete_emptydir_data",
+                 "force": "force", "ignoreDaemonSets": "ignore_daemonsets", "disableEviction": "disable_eviction"}
+UNINSTALL_FIELDS = ("enabled", "apply")
+STAGE_TIMEOUT_PATTERN = DURATION_PATTERN
 
 _RE = {name: re.compile(pattern) for name, pattern in (
     ("package", PACKAGE_NAME_PATTERN), ("semver", SEMVER_PATTERN), ("sha", CONTAINER_SHA_PATTERN),
@@ -91,10 +110,9 @@ _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 def _key_path(where, key):
-    """``spec.packages.tuning`` for plain keys, ``configMap["tuning.conf"]`` otherwise."""
-    if isinstance(key, str) and _IDENT_RE.match(key):
-        return "%s.%s" % (where, key)
-    return '%s["%s"]' % (where, key)
+    """``spec.packages.tuning``, ``spec.packages.tuning.configMap.sysctl.conf``: one
+    field-path style everywhere (``common/validation.field_path``)."""
+    return field_path(where, key)
 
 
 def _or_empty(value, empty):
@@ -168,32 +186,66 @@ def validate_semver(value, where, what="version"):
 
 
 def _interrupt(value, where):
-    _mapping(value, where, "an interrupt")
-    _allowed(value, ("type", "services"), where)
-    problems = Problems()
-    kind = value.get("type")
-    if kind not in INTERRUPT_TYPES:
-        problems.add(ValidationError("unknown interrupt type %r" % (kind,), field=where + ".type",
-                                     hint="one of: %s" % ", ".join(INTERRUPT_TYPES)))
-    services = _or_empty(value.get("services"), [])
-    if not isinstance(services, list):
-        problems.add(ValidationError("must be a list of systemd unit names", field=where + ".services"))
-        services = []
-    elif kind == "service" and not services:
-        problems.add(ValidationError("interrupt type service needs services", field=where + ".services",
-                                     hint="list the systemd units to restart, e.g. [containerd, kubelet]"))
-    elif kind in INTERRUPT_TYPES and kind != "service" and services:
-        problems.add(ValidationError("services are only used by interrupt type service, not %s" % kind,
-                                     field=where + ".services",
-                                     hint="remove services, or use type: service"))
-    for n, unit in enumerate(services):
-        with problems.collect():
-            _string(unit, "%s.services[%d]" % (where, n), "service", "service", 256,
-                    hint="a systemd unit name such as containerd or nvidia-persistenced.service")
-    problems.raise_if_any()
-    out = {"type": kind}
-    if services:
-        out["services"] = list(services)
+    """The one interrupt validator (``package/interrupts.py``), in the resource's form."""
+    return compact(parse_interrupt(value, where))
+
+
+def _duration(value, where, what):
+    if not isinstance(value, str):
+        raise ValidationError("%s must be a duration string such as 30m, got %r" % (what, value), field=where,
+                              hint="quote it in YAML: \"30m\", \"1h30m\", \"90s\", \"0\"")
+    parse_duration(value, where, what)
+    return value
+
+
+def _drain_config(value, where):
+    """drainConfig (upstream NodeWright's field): how nodes are drained before an
+    interrupt. Returned as it is; ``drain_options`` maps it onto node_drain."""
+    _mapping(value, where, "drainConfig")
+    _allowed(value, DRAIN_FIELDS, where)
+    out = {}
+    for key in ("timeout", "gracePeriod"):
+        if value.get(key) is not None:
+            out[key] = _duration(value[key], _key_path(where, key), key)
+    for key in ("deleteEmptyDirData", "force", "ignoreDaemonSets", "disableEviction"):
+        if value.get(key) is not None:
+            out[key] = _bool(value, key, where, None)
+    timeout = parse_duration(out.get("timeout"), where)
+    grace = parse_duration(out.get("gracePeriod"), where)
+    if timeout and grace is not None and grace > timeout:
+        raise ValidationError("gracePeriod %s is longer than timeout %s: the drain would give up before the pods "
+                              "it evicts are allowed to stop" % (out["gracePeriod"], out["timeout"]),
+                              field=_key_path(where, "gracePeriod"),
+                              hint="shorten gracePeriod below %s, or raise timeout above %s"
+                                   % (out["timeout"], out["gracePeriod"]))
+    return out
+
+
+def drain_options(drain_config):
+    """A resource's drainConfig as ``nodewright.fleet.node_drain`` options (seconds for
+    the durations); only what the resource sets. A timeout of 0 (upstream: none) is
+    left out: NodeWright always bounds a drain, with the rollout's own timeout."""
+    out = {}
+    for key, value in (drain_config or {}).items():
+        option = DRAIN_OPTIONS[key]
+        if key in ("timeout", "gracePeriod"):
+            seconds = parse_duration(value, key)
+            if key == "timeout" and not seconds:
+                continue
+            out[option] = int(seconds + 0.999) if key == "timeout" else int(seconds)
+        else:
+            out[option] = value
+    return out
+
+
+def _uninstall(value, where, name):
+    _mapping(value, where, "uninstall")
+    _allowed(value, UNINSTALL_FIELDS, where)
+    out = {"enabled": _bool(value, "enabled", where, False), "apply": _bool(value, "apply", where, False)}
+    if out["apply"] and not out["enabled"]:
+        raise ValidationError("uninstall.apply without uninstall.enabled", field=_key_path(where, "apply"),
+                              hint="set enabled: true to say package %s has a working uninstall, or remove apply"
+                                   % name)
     return out
 
 
@@ -330,8 +382,24 @@ def _package(name, value, where):
     if value.get("env") is not None:
         with problems.collect():
             out["env"] = _env(value["env"], where + ".env")
+    if value.get("stageTimeout") is not None:
+        with problems.collect():
+            out["stageTimeout"] = _duration(value["stageTimeout"], where + ".stageTimeout", "stageTimeout")
+    if value.get("uninstall") is not None:
+        with problems.collect():
+            out["uninstall"] = _uninstall(value["uninstall"], where + ".uninstall", name)
     problems.raise_if_any()
     return out
+
+
+def _versions_known(*versions):
+    """Whether every version parses (one that does not is reported where it is given)."""
+    for version in versions:
+        try:
+            Version(version)
+        except (TypeError, ValueError):
+            return False
+    return True
 
 
 def _check_dependencies(packages, where):
@@ -346,11 +414,17 @@ def _check_dependencies(packages, where):
             elif dep not in packages:
                 problems.add(ValidationError("depends on package %r, which this resource does not define" % dep,
                                              field=here, hint="add %s to packages or remove the dependency" % dep))
-            elif packages[dep].get("version") != version:
-                problems.add(ValidationError("depends on %s %s, but the resource has %s %s"
-                                             % (dep, version, dep, packages[dep].get("version")), field=here,
-                                             hint="make the dependsOn version match the package's version"))
-    # Cycles: depth-first search, reporting each loop in order.
+            elif _versions_known(packages[dep].get("version"), version) and \
+                    Version(packages[dep]["version"]) < Version(version):
+                problems.add(ValidationError(
+                    "depends on %s %s or later, but the resource has %s %s: the dependency cannot be met"
+                    % (dep, version, dep, packages[dep]["version"]), field=here,
+                    hint="raise %s to %s or later, or lower the dependsOn version (it is the lowest version that "
+                         "will do)" % (dep, version)))
+            elif (packages[dep].get("uninstall") or {}).get("apply") and \
+                    not (pkg.get("uninstall") or {}).get("apply"):
+                problems.add(ValidationError("depends on %s, which uninstall.apply removes: the dependency cannot be "
+                                             "met" % dep, field=here, hint="uninstall %s too, or keep %s" % (name, dep)))
     state = {}
     seen_loops = set()
 
@@ -519,17 +593,38 @@ def validate_nodewright(obj):
 
     with problems.collect():
         out_spec["priority"] = _priority(spec.get("priority"))
-    for key in ("runtimeRequired", "autoTaintNewNodes"):
+    for key in ("runtimeRequired", "autoTaintNewNodes", "reapplyOnReboot", "runtimeRequiredCordonAfter"):
         with problems.collect():
             out_spec[key] = _bool(spec, key, "spec", False)
-    if out_spec.get("autoTaintNewNodes") and spec.get("runtimeRequired") is not True:
-        problems.add(ValidationError("autoTaintNewNodes needs runtimeRequired: true", field="spec.autoTaintNewNodes",
-                                     hint="the taint it adds is the runtime-required taint; set runtimeRequired "
-                                          "or remove autoTaintNewNodes"))
+    # autoTaintNewNodes without runtimeRequired is accepted and has no effect (Skyhook
+    # ignores it too, and manifests written for it rely on that): the taint it would add
+    # is the runtime-required gate, which only runtimeRequired opens.
+    if out_spec.get("runtimeRequiredCordonAfter") and spec.get("runtimeRequired") is not True:
+        problems.add(ValidationError("runtimeRequiredCordonAfter needs runtimeRequired: true",
+                                     field="spec.runtimeRequiredCordonAfter",
+                                     hint="the cordon follows the opening of the runtime-required gate; set "
+                                          "runtimeRequired or remove runtimeRequiredCordonAfter"))
     with problems.collect():
         out_spec["additionalTolerations"] = _tolerations(_or_empty(spec.get("additionalTolerations"), []),
                                                          "spec.additionalTolerations")
+    if spec.get("drainConfig") is not None:
+        with problems.collect():
+            out_spec["drainConfig"] = _drain_config(spec["drainConfig"], "spec.drainConfig")
+    if spec.get("stageTimeout") is not None:
+        with problems.collect():
+            out_spec["stageTimeout"] = _duration(spec["stageTimeout"], "spec.stageTimeout", "stageTimeout")
+    sequencing = spec.get("sequencing")
+    if sequencing is None:
+        sequencing = "node"
+    if sequencing not in SEQUENCING:
+        near = did_you_mean(sequencing, SEQUENCING) if isinstance(sequencing, str) else None
+        problems.add(ValidationError("unknown sequencing %r" % (sequencing,), field="spec.sequencing",
+                                     hint="%snode (each node moves on by itself) or all (every node completes this "
+                                          "resource before any starts the next priority)"
+                                          % ((near + " ") if near else "")))
+    out_spec["sequencing"] = sequencing
     problems.raise_if_any()
+
 
     result = copy.deepcopy(obj)
     result["spec"] = out_spec

@@ -522,7 +522,7 @@ def resources_from_desired(desired, hosts, settings, play, driver, check_mode=Fa
     rollouts, records, keepers = [], {}, {}
     hosts = set(hosts)
     for entry in desired.get("rollouts") or []:
-        if entry.get("paused") or entry.get("disabled"):
+        if entry.get("paused") or entry.get("disabled") or entry.get("deleting"):
             continue
         name = entry["name"]
         policy = parse_policy(entry.get("policy") or {}, "NodeWright %s: policy" % name)
@@ -538,7 +538,7 @@ def resources_from_desired(desired, hosts, settings, play, driver, check_mode=Fa
         views = entry.get("node_views") or [{"name": t} for t in entry.get("targets") or []]
         res = ResourceRollout(name, policy, targets=entry.get("targets") or [], work=entry.get("work") or [],
                               priority=entry.get("priority", 200), eligible=hosts & set(entry.get("work") or []),
-                              state=state, source=source, data=entry)
+                              state=state, source=source, data=entry, order=entry.get("node_order"))
         record = RolloutRecord(play, policy, source, [v for v in views if v["name"] in res.work], driver,
                                resource=name)
         if note:

@@ -3,6 +3,11 @@
 # Apache License 2.0 (see LICENSE)
 """Convert Skyhook resources to NodeWright resources.
 
+Upstream NodeWright's later fields (``drainConfig``, ``sequencing``,
+``runtimeRequiredCordonAfter``, a package's ``stageTimeout`` and ``uninstall``)
+carry over with the same meaning; the fields upstream marks nullable are dropped
+when null.
+
 ``skyhook.nvidia.com/v1alpha1`` ``Skyhook`` and ``DeploymentPolicy`` objects (and the
 same kinds under the later ``nodewright.nvidia.com`` group) become
 ``nodewright.io/v1alpha1`` ``NodeWright`` and ``DeploymentPolicy`` objects. Field
@@ -47,8 +52,10 @@ SOURCE_GROUPS = {
 
 # Fields whose meaning is the same in NodeWright: copied as they are.
 _SAME_SPEC_FIELDS = ("nodeSelectors", "podNonInterruptLabels", "deploymentPolicy", "deploymentPolicyOptions",
-                     "priority", "runtimeRequired", "autoTaintNewNodes", "additionalTolerations")
-_SAME_PACKAGE_FIELDS = ("version", "containerSHA", "interrupt", "dependsOn", "configMap", "configInterrupts")
+                     "priority", "runtimeRequired", "autoTaintNewNodes", "additionalTolerations", "sequencing",
+                     "runtimeRequiredCordonAfter", "reapplyOnReboot", "stageTimeout")
+_SAME_PACKAGE_FIELDS = ("version", "containerSHA", "interrupt", "dependsOn", "configMap", "configInterrupts",
+                        "stageTimeout")
 _SAME_POLICY_FIELDS = ("default", "compartments", "resetBatchStateOnCompletion")
 
 # Metadata the API server sets; it belongs to the old object.
@@ -61,11 +68,12 @@ _WHY_NO_EQUIVALENT = {
     "gracefulShutdown": "NodeWright runs package steps on the host, not in a package pod, so there is no pod "
                         "grace period",
     "agentImageOverride": "NodeWright runs packages itself, without the Skyhook agent image",
-    "stageTimeout": "NodeWright has no per-package stage timeout field",
-    "uninstall": "NodeWright uninstalls packages with its uninstall playbook, not through the resource",
-    "drainConfig": "NodeWright's drain behaviour is set by the rollout playbook's options, not the resource",
-    "sequencing": "NodeWright has no cluster-wide barrier between resources (sequencing: all)",
 }
+
+
+def _set_fields(value):
+    """A mapping without the fields set to null (upstream writes nullable fields)."""
+    return {k: copy.deepcopy(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value
 
 
 @dataclass
@@ -154,9 +162,8 @@ class _Converter(object):
             elif key == "env":
                 with self.problems.collect():
                     out["env"] = self.env(value, path)
-            elif key == "uninstall" and isinstance(value, dict) and not value.get("apply"):
-                self.notes.append("dropped %s: uninstall is not requested (apply is false); %s"
-                                  % (path, _WHY_NO_EQUIVALENT["uninstall"]))
+            elif key == "uninstall":
+                out[key] = _set_fields(value)
             elif key in _WHY_NO_EQUIVALENT:
                 self.without_equivalent(path, _WHY_NO_EQUIVALENT[key], value)
             else:
@@ -266,12 +273,15 @@ class _Converter(object):
             elif key == "serial":
                 self.notes.append("dropped spec.serial: NodeWright applies a node's packages one at a time, in "
                                   "dependency order")
-            elif key == "sequencing" and value == "node":
-                continue  # NodeWright's behaviour: each node moves on by itself
+            elif key == "drainConfig":
+                out_spec[key] = _set_fields(value)
             elif key in _WHY_NO_EQUIVALENT:
                 self.without_equivalent(path, _WHY_NO_EQUIVALENT[key], value)
             else:
                 self.without_equivalent(path, "not a Skyhook field NodeWright knows", value)
+        if out_spec.get("autoTaintNewNodes") is True and out_spec.get("runtimeRequired") is not True:
+            self.notes.append("spec.autoTaintNewNodes has no effect without spec.runtimeRequired (Skyhook ignores "
+                              "it too)")
         if obj.get("status"):
             self.notes.append("dropped status: NodeWright writes its own")
         resource = {"apiVersion": GROUP_VERSION, "kind": KIND_NODEWRIGHT, "metadata": metadata, "spec": out_spec}

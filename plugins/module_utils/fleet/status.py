@@ -7,21 +7,45 @@ that ``kubectl get nodewrights`` shows progress like any other controller."""
 from __future__ import annotations
 
 import datetime
-import json
-
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
 RESOURCE_STATUSES = ("unknown", "complete", "blocked", "waiting", "disabled", "paused", "in_progress", "erroring",
                      "halted")
 
 
+# The resource's condition while a node waits for non-interruptible pods (training
+# jobs) before its drain: upstream NodeWright's NonInterruptPodsRunning.
+CONDITION_NON_INTERRUPT = markers.CONDITION_NON_INTERRUPT
+REASON_NON_INTERRUPT = markers.CONDITION_NON_INTERRUPT
+
+
+def non_interrupt_message(waiting):
+    """``node: ns/pod, ...; ...`` for the nodes that wait, or ''."""
+    if not waiting:
+        return ""
+    parts = ["%s waits for %s" % (node, ", ".join(pods[:10]) + (" and %d more" % (len(pods) - 10)
+                                                                if len(pods) > 10 else ""))
+             for node, pods in sorted(waiting.items())]
+    return "waiting for non-interruptible pods to finish (nothing is evicted): " + "; ".join(parts)
+
+
+def sticky_order(current, node_status, ts):
+    """``status.nodePriority``: when each targeted node first had work (a status other
+    than unknown); a node keeps its time while it is targeted, so the next run takes
+    the nodes already under way first, in the same order."""
+    recorded = ((current or {}).get("nodePriority") or {}) if isinstance(current, dict) else {}
+    out = {}
+    for node, st in node_status.items():
+        if isinstance(recorded.get(node), str):
+            out[node] = recorded[node]
+        elif st != markers.STATUS_UNKNOWN:
+            out[node] = ts
+    return out
+
+
 def _node_state(node, resource):
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource))
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {"error": "malformed state annotation"}
-    return value if isinstance(value, dict) else {"error": "malformed state annotation"}
+    return node_state.read_node_state(node, resource)
 
 
 def compute_status(resource, nodes, targets, packages, override=None, message=None, generation=None,
@@ -36,7 +60,7 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
     """
     pending = set(pending)
     by_name = {n["metadata"]["name"]: n for n in nodes}
-    node_status, node_state, boot_ids = {}, {}, {}
+    node_status, node_state, boot_ids, waiting = {}, {}, {}, {}
     for t in targets:
         node = by_name.get(t)
         if node is None:
@@ -57,6 +81,8 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
                     "state": entry.get("state")}
         node_state[t] = pk
         boot_ids[t] = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+        if st == markers.STATUS_BLOCKED and state.get("blockedBy"):
+            waiting[t] = [str(p) for p in state["blockedBy"]]
     counts = {}
     for st in node_status.values():
         counts[st] = counts.get(st, 0) + 1
@@ -83,12 +109,17 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
             bad = sorted(t for t, s in node_status.items() if s == markers.STATUS_ERRORING)
             message += "; erroring: %s" % ", ".join(bad[:10])
     ready = overall == "complete"
+    pods_text = non_interrupt_message(waiting)
+    blocked = overall in ("blocked", "halted")
     conditions = [
         {"type": "Ready", "status": "True" if ready else "False", "reason": overall.title().replace("_", ""),
          "message": message, "lastTransitionTime": ts},
-        {"type": "Blocked", "status": "True" if overall in ("blocked", "halted") else "False",
-         "reason": overall.title().replace("_", ""), "message": message if overall in ("blocked", "halted") else "",
-         "lastTransitionTime": ts},
+        {"type": "Blocked", "status": "True" if blocked or waiting else "False",
+         "reason": overall.title().replace("_", "") if blocked or not waiting else REASON_NON_INTERRUPT,
+         "message": message if blocked else pods_text, "lastTransitionTime": ts},
+        {"type": CONDITION_NON_INTERRUPT, "status": "True" if waiting else "False",
+         "reason": REASON_NON_INTERRUPT if waiting else "NoneRunning",
+         "message": pods_text or "no node waits for non-interruptible pods", "lastTransitionTime": ts},
     ]
     status = {
         "status": overall, "message": message,
@@ -99,12 +130,13 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
         "completeNodes": "%d/%d" % (complete, len(targets)),
         "packageList": ",".join("%s:%s" % (p["name"], p["version"]) for p in packages),
         "conditions": conditions,
+        "nodePriority": sticky_order(current, node_status, ts),
     }
     if generation is not None:
         status["observedGeneration"] = generation
     status.update(extra or {})
     # Merge patch: drop nodes that are no longer targeted.
-    for key in ("nodeStatus", "nodeState", "nodeBootIds"):
+    for key in ("nodeStatus", "nodeState", "nodeBootIds", "nodePriority"):
         for old in ((current or {}).get(key) or {}):
             if old not in status[key]:
                 status[key][old] = None

@@ -185,16 +185,21 @@ class RolloutState(object):
 
 
 class _Node(object):
-    __slots__ = ("name", "labels", "created")
+    __slots__ = ("name", "labels", "created", "sticky")
 
-    def __init__(self, name, labels, created):
+    def __init__(self, name, labels, created, sticky=None):
         self.name = name
         self.labels = labels
         self.created = created
+        self.sticky = sticky
 
     def sort_key(self):
-        # Oldest first; nodes without a creation time go last, then by name.
-        return (self.created is None, self.created or _EPOCH, self.name)
+        # Nodes a resource already gave work keep their place (its status.nodePriority,
+        # in that order); then oldest first; nodes without a creation time go last; then
+        # by name.
+        if self.sticky is not None:
+            return (0, False, self.sticky, self.name)
+        return (1, self.created is None, self.created or _EPOCH, self.name)
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -227,13 +232,24 @@ def _node_view(node, where):
     if not name or not isinstance(name, str):
         raise ValidationError("a node needs a name", field=where)
     labels = meta.get("labels") or {}
-    return _Node(name, labels, _parse_timestamp(meta.get("creationTimestamp"), where))
+    sticky = node.get("nodewrightOrder")  # the node's place in status.nodePriority
+    return _Node(name, labels, _parse_timestamp(meta.get("creationTimestamp"), where),
+                 _parse_timestamp(sticky, where) if sticky else None)
 
 
 
-def order_nodes(nodes):
-    """Node names in batch order: oldest creationTimestamp first, then by name."""
-    views = [_node_view(n, "nodes[%d]" % i) for i, n in enumerate(nodes)]
+def order_nodes(nodes, sticky=None):
+    """Node names in batch order: those in ``sticky`` (a resource's
+    ``status.nodePriority``: name -> when it first had work) first, in that order, so
+    a batch keeps its nodes across runs; then oldest creationTimestamp first; then by
+    name. A node joining later never reshuffles the nodes already under way."""
+    sticky = sticky or {}
+    views = []
+    for i, n in enumerate(nodes):
+        name = (n.get("name") or (n.get("metadata") or {}).get("name")) if isinstance(n, dict) else None
+        if isinstance(n, dict) and name in sticky and "nodewrightOrder" not in n:
+            n = dict(n, nodewrightOrder=sticky[name])
+        views.append(_node_view(n, "nodes[%d]" % i))
     return [v.name for v in sorted(views, key=_Node.sort_key)]
 
 

@@ -28,6 +28,9 @@ LABEL_NODE_POD = PREFIX + "/node-pod"
 ANNOTATION_CORDONED_BY = PREFIX + "/cordoned-by"
 ANNOTATION_STATE_PREFIX = PREFIX + "/state-"
 ANNOTATION_BLOCKED_BY = PREFIX + "/blocked-by"
+# The persistent cordon of runtimeRequiredCordonAfter: set when the runtime-required
+# gate opened; NodeWright never lifts a cordon it records here.
+ANNOTATION_RUNTIME_CORDON = PREFIX + "/runtime-required-cordon"
 
 # Resource annotations (on NodeWright objects)
 ANNOTATION_PAUSE = PREFIX + "/pause"
@@ -41,6 +44,12 @@ CONDITION_ERRORING = PREFIX + "/Erroring"
 CONDITION_BLOCKED = PREFIX + "/Blocked"
 CONDITION_DRIFT = PREFIX + "/Drift"
 
+# Condition of a NodeWright resource (and the reason of the Event on it) while one of
+# its nodes waits for non-interruptible pods; upstream NodeWright's name.
+CONDITION_NON_INTERRUPT = "NonInterruptPodsRunning"
+# Reason of the Erroring condition on a node whose state annotation cannot be parsed.
+REASON_MALFORMED_STATE = "MalformedState"
+
 # Event reasons
 EVENT_CORDON = "NodeWrightCordon"
 EVENT_UNCORDON = "NodeWrightUncordon"
@@ -53,6 +62,7 @@ EVENT_FAILED = "NodeWrightFailed"
 EVENT_COMPLETE = "NodeWrightComplete"
 EVENT_DRIFT = "NodeWrightDrift"
 EVENT_RUNTIME_READY = "NodeWrightRuntimeReady"
+EVENT_REAPPLY = "NodeWrightReapply"
 
 # Node status values (label value and state annotation "status")
 STATUS_COMPLETE = "complete"

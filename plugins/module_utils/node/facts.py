@@ -15,16 +15,15 @@ shell around it.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
-    ANNOTATION_STATE_PREFIX,
     LABEL_IGNORE,
     LABEL_STATUS,
     STATUSES,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.state import states_by_resource
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import (
     LABEL_ARCH,
     LABEL_FAMILY,
@@ -160,18 +159,12 @@ def nodewright_state(labels, annotations):
     for key, value in (labels or {}).items():
         if key.startswith(_STATUS_LABEL_PREFIX):
             out.setdefault(key[len(_STATUS_LABEL_PREFIX):], {})["status"] = value
-    for key, value in (annotations or {}).items():
-        if not key.startswith(ANNOTATION_STATE_PREFIX):
+    for resource, read in states_by_resource(annotations).items():
+        entry = out.setdefault(resource, {})
+        if "error" in read:
+            entry["error"] = read["error"]
             continue
-        entry = out.setdefault(key[len(ANNOTATION_STATE_PREFIX):], {})
-        try:
-            state = json.loads(value)
-        except (TypeError, ValueError) as exc:
-            entry["error"] = "annotation %s is not valid JSON (%s)" % (key, exc)
-            continue
-        if not isinstance(state, dict):
-            entry["error"] = "annotation %s must hold a JSON object, not %s" % (key, type(state).__name__)
-            continue
+        state = read["state"]
         entry["state"] = state
         if "status" not in entry and state.get("status") in STATUSES:
             entry["status"] = state["status"]

@@ -160,7 +160,7 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
         entries.append({"resource": _name(r), "priority": _priority(r), "progress": progress, "detail": detail,
                         "paused": is_paused(r)})
     result = {"action": NONE, "tainted": tainted, "taint": taint_key, "resources": entries, "blocker": None,
-              "condition": None, "event": None}
+              "condition": None, "event": None, "cordon": None}
     if not entries:
         result["message"] = ("no runtimeRequired NodeWright resource targets this node; "
                              + ("the %s taint is left as it is" % taint_key if tainted else "nothing to gate"))
@@ -174,6 +174,12 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
             result["message"] = "removing the %s taint: %s" % (taint_key, result["message"])
             result["event"] = {"reason": markers.EVENT_RUNTIME_READY, "type": "Normal",
                                "message": "runtime ready, taint %s removed: %s complete" % (taint_key, done)}
+            cordoning = [_name(r) for r in gating if (r.get("spec") or {}).get("runtimeRequiredCordonAfter") is True]
+            if cordoning:
+                # runtimeRequiredCordonAfter: the node stays out of scheduling, for a person
+                # (or another controller) to release it.
+                result["cordon"] = "runtimeRequiredCordonAfter of %s" % ", ".join(cordoning)
+                result["message"] += "; cordoned (%s)" % result["cordon"]
         result["condition"] = {"type": markers.CONDITION_BLOCKED, "status": "False", "reason": REASON_READY,
                                "message": "runtime ready: %s complete" % done}
         return result
@@ -198,6 +204,36 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
                                "message": text}
     result["message"] = text
     return result
+
+
+def runtime_cordon_patch(node, why):
+    """Patch that cordons a node for runtimeRequiredCordonAfter (unless it already is
+    unschedulable), recording why in ``nodewright.io/runtime-required-cordon``. Not
+    NodeWright's maintenance cordon: nothing in NodeWright lifts it."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return None
+    return {"spec": {"unschedulable": True},
+            "metadata": {"annotations": {markers.ANNOTATION_RUNTIME_CORDON: why}}}
+
+
+def retaint_after_reboot(node_name, node, rollouts, taint_key=markers.TAINT_RUNTIME_REQUIRED):
+    """Whether a runtimeRequired node that rebooted outside NodeWright gets the
+    runtime-required taint back: it does when a runtimeRequired resource with
+    reapplyOnReboot is to apply packages again there because of the reboot (its
+    ``desired_state`` plan says so), so that workloads wait until they are complete
+    again. Returns ``(bool, reason)``."""
+    if has_taint(node, taint_key):
+        return False, "%s already carries %s" % (node_name, taint_key)
+    for described in rollouts or ():
+        if not (described.get("runtime_required") and described.get("reapply_on_reboot")):
+            continue
+        plan = (described.get("nodes") or {}).get(node_name) or {}
+        again = [p["name"] for p in plan.get("packages") or ()
+                 if p.get("action") == "rerun" and p.get("after_reboot")]
+        if again and node_name in (described.get("work") or ()):
+            return True, "%s rebooted; %s applies %s again (reapplyOnReboot)" % (
+                node_name, described["name"], ", ".join(again))
+    return False, "no runtimeRequired resource re-applies packages on %s after a reboot" % node_name
 
 
 def gate_condition(node, decision):
@@ -312,6 +348,10 @@ def enforce(core, name, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED, che
     with carry_result(result):
         if decision["action"] == OPEN:
             if not check_mode:
+                if decision.get("cordon"):
+                    # Cordon first: the taint must not come off before the node is unschedulable.
+                    node_ops.patch_node(core, name, runtime_cordon_patch(node, decision["cordon"]) or {})
+                    node = node_ops.get_node(core, name)
                 node = _write_taint(core, name, node, False, taint_key)
             result.update(changed=True, tainted=False)
         wanted = gate_condition(node, decision)

@@ -19,6 +19,7 @@ import uuid
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, require_kubernetes
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
 try:
     from kubernetes import client as k8s_client
@@ -155,16 +156,18 @@ def set_cordon(core, name, state, force=False, reason=None, resource=None, check
 
 # --- events --------------------------------------------------------------------------
 
-def emit_event(core, node_name, reason, message, event_type="Normal", namespace="default"):
-    """Record a Kubernetes Event on the node. Never fails the caller: events are advisory."""
-    if not names.is_subdomain(node_name):
+def emit_event(core, node_name, reason, message, event_type="Normal", namespace="default", involved=None):
+    """Record a Kubernetes Event on the node (or on ``involved``, an object reference
+    such as a NodeWright resource). Never fails the caller: events are advisory."""
+    if involved is None and not names.is_subdomain(node_name):
         return False
     ts = now_iso()
+    involved = involved or {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"}
     body = {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": "%s.nodewright.%s" % (node_name[:200].rstrip(".-"), uuid.uuid4().hex[:10]),
+        "metadata": {"name": "%s.nodewright.%s" % (involved["name"][:200].rstrip(".-"), uuid.uuid4().hex[:10]),
                      "namespace": namespace},
-        "involvedObject": {"kind": "Node", "name": node_name, "uid": node_name, "apiVersion": "v1"},
+        "involvedObject": involved,
         "reason": reason, "message": message[:1024], "type": event_type,
         "source": {"component": "nodewright"}, "reportingComponent": "nodewright",
         "reportingInstance": socket.gethostname(),
@@ -180,20 +183,37 @@ def emit_event(core, node_name, reason, message, event_type="Normal", namespace=
 # --- NodeWright state markers ----------------------------------------------------------
 
 def read_state(node, resource):
-    """The JSON state NodeWright recorded for ``resource`` on this node.
+    """The JSON state NodeWright recorded for ``resource`` on this node (``node/state.py``,
+    the one reader): ``{}``, the state, or ``{"error": ...}`` when it cannot be parsed."""
+    return node_state.read_node_state(node, resource)
 
-    A hand-edited, malformed annotation is reported, not trusted: {"error": ...}.
-    """
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(markers.state_annotation(resource))
-    if not raw:
-        return {}
+
+def resource_ref(name):
+    """The object reference of a NodeWright resource, for Events about it."""
+    return {"kind": "NodeWright", "name": name, "apiVersion": "%s/%s" % (markers.API_GROUP, markers.API_VERSION)}
+
+
+def set_resource_condition(core, resource, condition):
+    """Set one condition in a NodeWright resource's status (read, replace that type,
+    write with the resourceVersion read). Advisory: returns False when the resource
+    is not there or the write lost a race, never raises."""
     try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        return {"error": "malformed %s annotation: %s" % (markers.state_annotation(resource), exc)}
-    if not isinstance(value, dict):
-        return {"error": "malformed %s annotation: not a JSON object" % markers.state_annotation(resource)}
-    return value
+        custom = k8s_client.CustomObjectsApi(core.api_client)
+        current = custom.get_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
+                                                          resource)
+        status = current.get("status") or {}
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
+        old = next((c for c in status.get("conditions") or [] if c.get("type") == condition["type"]), None)
+        if old and all(old.get(k) == condition.get(k) for k in ("status", "reason", "message")):
+            return True
+        condition = dict(condition, lastTransitionTime=now_iso())
+        body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "status": {"conditions": conditions + [condition]}}
+        custom.patch_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights", resource,
+                                                  body)
+        return True
+    except Exception:  # noqa: BLE001 - a status note is never worth failing maintenance for
+        return False
 
 
 def aggregate_status(statuses):
@@ -212,6 +232,8 @@ def state_patch(node, resource, status=None, state=None, merge=True):
     if status is not None and status not in markers.STATUSES:
         raise ValidationError("status must be one of %s, got %r" % (", ".join(markers.STATUSES), status),
                               field="status")
+    if state is not None or status is not None:
+        node_state.refuse_to_overwrite(node, resource)
     labels = {}
     annotations = {}
     if status is not None:
@@ -222,7 +244,6 @@ def state_patch(node, resource, status=None, state=None, merge=True):
         labels[markers.LABEL_STATUS] = aggregate_status(per_resource)
     if state is not None:
         new_state = dict(read_state(node, resource)) if merge else {}
-        new_state.pop("error", None)
         new_state.update(state)
         if status is not None:
             new_state["status"] = status
@@ -230,7 +251,6 @@ def state_patch(node, resource, status=None, state=None, merge=True):
         annotations[markers.state_annotation(resource)] = json.dumps(new_state, sort_keys=True)
     elif status is not None:
         new_state = dict(read_state(node, resource))
-        new_state.pop("error", None)
         new_state["status"] = status
         new_state["updated"] = now_iso()
         annotations[markers.state_annotation(resource)] = json.dumps(new_state, sort_keys=True)

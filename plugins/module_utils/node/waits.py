@@ -24,6 +24,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
 ACTIVE_PHASES = ("Pending", "Running", "Unknown")
+CONDITION_NON_INTERRUPT = markers.CONDITION_NON_INTERRUPT
 
 
 def validate_timeout(value, field="timeout", maximum=14 * 86400):
@@ -99,6 +100,13 @@ def _wait_marked(core, node, selector, timeout, poll, resource, result, first, s
             if marked is None:
                 node_ops.emit_event(core, node, markers.EVENT_BLOCKED,
                                     "waiting for non-interruptible pods to finish: %s" % text)
+            if resource:
+                words = "node %s waits for non-interruptible pods to finish (nothing is evicted): %s" % (node, text)
+                node_ops.set_resource_condition(core, resource, {
+                    "type": CONDITION_NON_INTERRUPT, "status": "True", "reason": CONDITION_NON_INTERRUPT,
+                    "message": words})
+                node_ops.emit_event(core, node, CONDITION_NON_INTERRUPT, words, "Normal",
+                                    involved=node_ops.resource_ref(resource))
             marked = text
         if clock() >= deadline:
             result.update(blocking=blockers, waited_seconds=round(clock() - start, 1))
@@ -110,6 +118,10 @@ def _wait_marked(core, node, selector, timeout, poll, resource, result, first, s
         sleep(min(poll, max(0.1, deadline - clock())))
         blockers = blocking_pods(list_node_pods(core, node), selector)
     node_ops.patch_node(core, node, {"metadata": {"annotations": {markers.ANNOTATION_BLOCKED_BY: None}}})
+    if resource:
+        node_ops.set_resource_condition(core, resource, {
+            "type": CONDITION_NON_INTERRUPT, "status": "False", "reason": "NoneRunning",
+            "message": "node %s: the non-interruptible pods finished" % node})
     result.update(blocking=[], waited_seconds=round(clock() - start, 1), changed=True)
     return result
 

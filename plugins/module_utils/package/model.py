@@ -19,15 +19,24 @@ this module also runs on the node.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
 import re
-from json.decoder import scanstring
+import stat
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import field_path as _join
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import interrupts as _interrupts
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (  # noqa: F401 - re-exported
+    INTERRUPT_TYPES,
+    config_key_matches,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import (  # noqa: F401 - re-exported
+    json_line_map,
+    parse_json_manifest,
+)
 
 NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 # Skyhook's config.json puts no rule on package_name (nvidia_tuned exists); the
@@ -44,8 +53,6 @@ SEMVER_RE = re.compile(
 STAGES = ("apply", "config", "upgrade", "uninstall", "post-interrupt")
 CHECK_SUFFIX = "-check"
 ALL_STAGES = tuple(s for stage in STAGES for s in (stage, stage + CHECK_SUFFIX))
-# Ascending severity: merging interrupts keeps the most severe.
-INTERRUPT_TYPES = ("noop", "service", "restartAllServices", "reboot")
 
 FORMAT_NATIVE = "nodewright"
 FORMAT_SKYHOOK = "skyhook"
@@ -57,7 +64,7 @@ LAYOUT = {FORMAT_NATIVE: ("steps", "files"), FORMAT_SKYHOOK: ("skyhook_dir", "ro
 DEFAULT_STEP_TIMEOUT = 1800
 
 NATIVE_FIELDS = ("name", "version", "description", "stages", "interrupt", "configInterrupts",
-                 "dependsOn", "expectedConfig", "defaultConfig")
+                 "dependsOn", "expectedConfig", "defaultConfig", "configScripts")
 STEP_FIELDS = ("name", "path", "arguments", "env", "returncodes", "idempotent", "upgrade_step",
                "on_host", "timeout")
 SKYHOOK_STEP_FIELDS = {"name": "name", "path": "path", "arguments": "arguments", "env": "env",
@@ -141,11 +148,6 @@ def config_hashes(config):
             for key, value in sorted((config or {}).items())}
 
 
-def config_key_matches(pattern, key):
-    """configInterrupts keys are shell globs over config keys (``*.conf``, ``kernel.*``)."""
-    return fnmatch.fnmatchcase(key, pattern)
-
-
 # --------------------------------------------------------------------------- model
 
 class Interrupt(object):
@@ -206,7 +208,7 @@ class Package(object):
 
     def __init__(self, name, version, description="", stages=None, interrupt=None,
                  config_interrupts=None, depends_on=None, expected_config=(), default_config=None,
-                 root=None, format=FORMAT_NATIVE, source=None):
+                 root=None, format=FORMAT_NATIVE, source=None, config_scripts=None):
         self.name = name
         self.version = version
         self.description = description
@@ -216,6 +218,9 @@ class Package(object):
         self.depends_on = dict(depends_on or {})
         self.expected_config = tuple(expected_config)
         self.default_config = dict(default_config or {})
+        # stage -> the config keys that may supply the script the stage's steps run
+        # (shellscript: apply.sh, apply_check.sh or apply-check.sh, ...)
+        self.config_scripts = {k: tuple(v) for k, v in (config_scripts or {}).items()}
         self.root = root
         self.format = format
         self.source = source
@@ -243,8 +248,11 @@ class Package(object):
         return merged
 
     def validate_config(self, config=None, field="config"):
-        """Raise ``PackageError`` when the config misses an expected key or uses a
-        key that cannot be a file name under ``configmaps/``."""
+        """Raise ``PackageError`` when the config misses an expected key, uses a key that
+        cannot be a file name under ``configmaps/``, or supplies a stage's script
+        without the script of its check (``configScripts``): a check that is declared
+        but not supplied would never run. ``field`` is where the config sits in the
+        input (``spec.packages.<name>.configMap``); errors name ``<field>.<key>``."""
         ctx = _Context(self.name, source=None, lines=None)
         effective = self.effective_config(config)
         for key in sorted(effective):
@@ -253,12 +261,35 @@ class Package(object):
                           "use letters, digits, '-', '_' and '.' (the rules of ConfigMap keys)")
         for key in self.expected_config:
             if key not in effective:
-                ctx.error((field,), "expected config key %r is not supplied" % key,
+                ctx.error((field, key), "expected config key %r is not supplied" % key,
                           "add %r to the package's config (the manifest lists it in %s)"
                           % (key, "expected_config_files" if self.format == FORMAT_SKYHOOK
                              else "expectedConfig"))
+        for stage in ALL_STAGES:
+            names = [k for k in self.config_scripts.get(stage, ()) if k in effective]
+            if len(names) > 1:
+                ctx.error((field, names[1]), "the config supplies %s for stage %s; give one"
+                          % (" and ".join(names), stage), "keep %s and remove %s" % (names[0], names[1]))
+        for stage in STAGES:
+            check = stage + CHECK_SUFFIX
+            script = self.config_script(stage, effective)
+            if script and check in self.config_scripts and not self.config_script(check, effective):
+                wanted = self.config_scripts[check]
+                ctx.error((field, wanted[0]), "the config supplies %s for stage %s but no script for its check %s, "
+                          "so nothing would verify what %s did" % (script, stage, check, script),
+                          "add %s: a script that exits 0 when %s's work is in place%s"
+                          % (wanted[0], script, (" (%s is accepted too)" % ", ".join(wanted[1:]))
+                             if len(wanted) > 1 else ""))
         ctx.raise_if_errors()
         return effective
+
+    def config_script(self, stage, config):
+        """The config key that supplies ``stage``'s script, or None (the stage has no
+        script from the config, or takes none)."""
+        for key in self.config_scripts.get(stage, ()):
+            if key in (config or {}):
+                return key
+        return None
 
     def interrupts_for_keys(self, keys):
         return [interrupt for key in keys for pattern, interrupt in sorted(self.config_interrupts.items())
@@ -275,6 +306,7 @@ class Package(object):
             "dependsOn": dict(self.depends_on),
             "expectedConfig": list(self.expected_config),
             "defaultConfig": dict(self.default_config),
+            "configScripts": {k: list(v) for k, v in sorted(self.config_scripts.items())},
         }
 
     def __repr__(self):
@@ -300,16 +332,12 @@ class PackageError(ValidationError):
 
 
 def field_path(parts):
-    """``("stages", "apply", 0, "path")`` -> ``stages.apply[0].path``; keys that are
-    not identifiers are quoted: ``configInterrupts["kernel.*"]``."""
+    """``("stages", "apply", 0, "path")`` -> ``stages.apply[0].path``; keys join with a
+    dot whatever they hold (``configInterrupts.kernel.*``), as everywhere in NodeWright
+    (``common/validation.field_path``)."""
     out = ""
     for part in parts:
-        if isinstance(part, int):
-            out += "[%d]" % part
-        elif re.match(r"^[A-Za-z_][-A-Za-z0-9_]*$", part):
-            out += ("." if out else "") + part
-        else:
-            out += "[%s]" % json.dumps(part)
+        out = _join(out, part)
     return out
 
 
@@ -330,82 +358,18 @@ class _Context(object):
             parts = parts[:-1]
         return self.lines.get(())
 
-    def error(self, parts, message, hint=None):
+    def error(self, parts, message, hint=None, field=None):
         label = "package %r" % self.package if self.package else "package"
-        self.errors.append(ValidationError("%s: %s" % (label, message), field=field_path(parts) or None,
+        self.errors.append(ValidationError("%s: %s" % (label, message), field=field or field_path(parts) or None,
                                            hint=hint, source=self.source, line=self.line_of(parts)))
+
+    def error_from(self, exc, parts):
+        """Record a ``ValidationError`` raised for the value at ``parts``."""
+        self.error(tuple(parts) + tuple(getattr(exc, "subpath", ())), exc.reason, exc.hint, field=exc.field)
 
     def raise_if_errors(self):
         if self.errors:
             raise PackageError(self.errors)
-
-
-# --------------------------------------------------------------------------- JSON lines
-
-def json_line_map(text):
-    """Map each value's path in a JSON document to the line it starts on, so errors
-    point into the manifest. Call only on text that ``json.loads`` accepted."""
-    newlines = [i for i, c in enumerate(text) if c == "\n"]
-    lines = {}
-    ws = re.compile(r"[ \t\n\r]*")
-    scalar = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")
-
-    def line_at(pos):
-        lo, hi = 0, len(newlines)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if newlines[mid] < pos:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo + 1
-
-    def skip(i):
-        return ws.match(text, i).end()
-
-    def value(i, path):
-        i = skip(i)
-        lines[path] = line_at(i)
-        c = text[i]
-        if c == "{":
-            i = skip(i + 1)
-            if text[i] == "}":
-                return i + 1
-            while True:
-                key, i = scanstring(text, skip(i) + 1)
-                i = skip(i) + 1  # the colon
-                i = skip(value(i, path + (key,)))
-                if text[i] == "}":
-                    return i + 1
-                i += 1  # the comma
-        if c == "[":
-            i = skip(i + 1)
-            if text[i] == "]":
-                return i + 1
-            n = 0
-            while True:
-                i = skip(value(i, path + (n,)))
-                n += 1
-                if text[i] == "]":
-                    return i + 1
-                i += 1
-        if c == '"':
-            return scanstring(text, i + 1)[1]
-        return scalar.match(text, i).end()
-
-    value(0, ())
-    return lines
-
-
-def parse_json_manifest(text, source=None):
-    """Parse a JSON manifest; a syntax error becomes a ``PackageError`` with its line."""
-    try:
-        data = safe_load.load_json(text, source)
-    except ValueError as exc:
-        raise PackageError([ValidationError(
-            "not valid JSON: %s" % getattr(exc, "msg", exc), source=source, line=getattr(exc, "lineno", None),
-            hint="fix the syntax (a trailing comma or a missing quote is the usual cause)")])
-    return data, json_line_map(text)
 
 
 # --------------------------------------------------------------------------- validation
@@ -450,25 +414,14 @@ def _string_map(ctx, parts, value, key_re=None, key_hint=None):
 
 
 def parse_interrupt(ctx, parts, value):
-    """An interrupt from ``{type, services}``; records errors in ``ctx``."""
-    if not _check_type(ctx, parts, value, dict, "a mapping with 'type' (and 'services')"):
+    """An interrupt from ``{type, services}`` (``interrupts.parse_interrupt``, the one
+    validator); records errors in ``ctx``."""
+    try:
+        parsed = _interrupts.parse_interrupt(value, field_path(parts))
+    except ValidationError as exc:
+        ctx.error_from(exc, parts)
         return None
-    unknown = sorted(set(value) - {"type", "services"})
-    if unknown:
-        ctx.error(parts + (unknown[0],), "unknown interrupt field %r" % unknown[0], "allowed: type, services")
-    itype = value.get("type")
-    if itype not in INTERRUPT_TYPES:
-        ctx.error(parts + ("type",), "unknown interrupt type %r" % (itype,),
-                  "one of %s" % ", ".join(reversed(INTERRUPT_TYPES)))
-        return None
-    services = _string_list(ctx, parts + ("services",), value.get("services") or [])
-    if itype == "service" and not services:
-        ctx.error(parts + ("services",), "interrupt type 'service' needs the services to restart",
-                  "list them, e.g. services: [containerd.service]")
-    if itype != "service" and services:
-        ctx.error(parts + ("services",), "interrupt type %r takes no services" % itype,
-                  "use type 'service' to restart named services")
-    return Interrupt(itype, services)
+    return Interrupt(parsed["type"], parsed["services"])
 
 
 def _parse_step(ctx, parts, raw, stage, fmt):
@@ -574,12 +527,85 @@ def _parse_stages(ctx, parts, value, fmt, stage_word):
 
 def _check_scripts(ctx, root, fmt, stages, stages_key):
     steps_dir = os.path.join(root, LAYOUT[fmt][0])
+    real_root = os.path.realpath(root)
     for stage, steps in stages.items():
         for n, step in enumerate(steps):
             script = os.path.join(steps_dir, step.path)
             if not os.path.isfile(script):
                 ctx.error((stages_key, stage, n, "path"), "step script %r does not exist" % step.path,
                           "create %s, or fix the path (it is relative to %s/)" % (script, LAYOUT[fmt][0]))
+            elif not _within(os.path.realpath(script), real_root):
+                ctx.error((stages_key, stage, n, "path"), "step script %r resolves outside the package (to %s)"
+                          % (step.path, os.path.realpath(script)),
+                          "put the script itself under %s/ instead of a link to it" % LAYOUT[fmt][0])
+
+
+def _within(path, root):
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_tree(root, files_dirname):
+    """Problems of the entries of a package directory, as ``(relative path, message,
+    hint)``: a symlink with an absolute target or one that resolves outside the package
+    (outside ``files_dirname``, for what is laid onto the host: the host root is its
+    bound there), or an entry that is neither a file, a directory nor a symlink. A
+    package whose entries all pass cannot make the runner read or write anything
+    outside the package or the host root."""
+    problems = []
+    real_root = os.path.realpath(root)
+    files_root = os.path.join(real_root, files_dirname)
+    for dirpath, dirnames, filenames in os.walk(real_root):
+        dirnames.sort()
+        for name in sorted(dirnames) + sorted(filenames):
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, real_root)
+            bound = files_root if _within(path, files_root) else real_root
+            if os.path.islink(path):
+                target = os.readlink(path)
+                inside = "the package" if bound == real_root else files_dirname + "/"
+                if os.path.isabs(target):
+                    problems.append((rel, "is a symlink to the absolute path %s" % target,
+                                     "replace the link by the file itself, or by a relative link that stays "
+                                     "inside %s" % inside))
+                elif not _within(os.path.realpath(os.path.join(dirpath, target)), bound):
+                    problems.append((rel, "is a symlink to %s, which resolves outside %s" % (target, inside),
+                                     "replace the link by the file it points to"))
+                continue
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                problems.append((rel, "is neither a file nor a directory (a device, FIFO or socket)",
+                                 "remove it; a step creates such things on the host if it needs them"))
+    return problems
+
+
+def _check_entries(ctx, root, fmt):
+    for rel, message, hint in check_tree(root, LAYOUT[fmt][1]):
+        ctx.error((), "%s %s" % (rel, message), hint, field=rel)
+
+
+def _parse_config_scripts(ctx, parts, value, stages):
+    """``configScripts``: stage -> the config keys that may supply the script its steps
+    run. A stage named here must have steps (they run the script)."""
+    out = {}
+    if not _check_type(ctx, parts, value, dict, "a mapping of stage to a list of config keys"):
+        return out
+    for stage, keys in value.items():
+        if stage not in ALL_STAGES:
+            ctx.error(parts + (stage,), "unknown stage %r" % stage, "one of %s" % ", ".join(ALL_STAGES))
+            continue
+        names = _string_list(ctx, parts + (stage,), keys)
+        if not names:
+            ctx.error(parts + (stage,), "stage %r lists no config keys" % stage, "e.g. [\"%s.sh\"]" % stage)
+            continue
+        for n, key in enumerate(names):
+            if not CONFIG_KEY_RE.match(key):
+                ctx.error(parts + (stage, n), "config key %r cannot be a file name" % key,
+                          "use letters, digits, '-', '_' and '.'")
+        if not stages.get(stage):
+            ctx.error(parts + (stage,), "stage %r has no steps to run the script its config supplies" % stage,
+                      "add a step to stages.%s that runs it, or remove %s from configScripts" % (stage, stage))
+        out[stage] = names
+    return out
 
 
 def _from_native(data, root, source, lines):
@@ -628,12 +654,15 @@ def _from_native(data, root, source, lines):
                           "use letters, digits, '-', '_' and '.'")
     else:
         default_config = {}
+    config_scripts = _parse_config_scripts(ctx, ("configScripts",), data.get("configScripts", {}), stages)
     if root is not None:
         _check_scripts(ctx, root, FORMAT_NATIVE, stages, "stages")
+        _check_entries(ctx, root, FORMAT_NATIVE)
     ctx.raise_if_errors()
     return Package(name, version, description=description, stages=stages, interrupt=interrupt,
                    config_interrupts=config_interrupts, depends_on=depends_on, expected_config=expected,
-                   default_config=default_config, root=root, format=FORMAT_NATIVE, source=source)
+                   default_config=default_config, root=root, format=FORMAT_NATIVE, source=source,
+                   config_scripts=config_scripts)
 
 
 def _parse_depends_on(ctx, parts, value, own_name):
@@ -673,6 +702,7 @@ def _from_skyhook(data, root, source, lines):
     stages = _parse_stages(ctx, ("modes",), data.get("modes", {}), FORMAT_SKYHOOK, "mode")
     if root is not None:
         _check_scripts(ctx, root, FORMAT_SKYHOOK, stages, "modes")
+        _check_entries(ctx, root, FORMAT_SKYHOOK)
     ctx.raise_if_errors()
     return Package(name, version, stages=stages, expected_config=expected, root=root,
                    format=FORMAT_SKYHOOK, source=source)

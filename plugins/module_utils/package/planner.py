@@ -22,38 +22,59 @@ apply          not on the node                                            apply,
 upgrade        desired version is newer                                   upgrade, config
 downgrade      desired version is older                                   old uninstall, apply, config
 reinstall      an apply or uninstall of another version never finished   old uninstall, apply, config
-config         same version, some config keys changed                     config
-resume         same version, the last run failed at a stage               that stage onwards
+config         same version, some config keys changed                     config (then post-interrupt
+                                                                          when one is still owed)
+resume         same version, the last run failed at a stage               that stage onwards (config
+                                                                          too when keys changed)
+rerun          a stage was asked to run again (``nodewright package       that stage onwards, finished
+               rerun``), or the node rebooted since the package was       steps run again
+               complete and it is to be applied again (reapplyOnReboot)
 uninstall      ``state: absent``, or not desired and ``prune``            uninstall
 interrupt      done, but the interrupt it asked for has not happened yet  (none)
-post-interrupt phase ``post-interrupt``, the interrupt happened           post-interrupt
+post-interrupt the interrupt happened (phase ``post-interrupt``, or a     post-interrupt
+               reboot seen in the main phase through a new boot id)
 none           nothing to do
 =============  =========================================================  ==========================
 
 Each stage is followed by its ``-check`` stage (the runner does that). A config
 change asks only for the interrupts whose ``configInterrupts`` globs match a
-changed key; the other actions ask for the package's interrupt. The node's
-interrupt is the merge of all: reboot > restartAllServices > union of services >
-noop. Packages are ordered by ``dependsOn`` (a cycle is an error); uninstalls
-run first, dependents before what they depend on.
+changed key; apply, upgrade and downgrade ask for the package's interrupt, and
+so does an uninstall (its ``uninstall-interrupt``). The node's interrupt is the
+merge of all (``interrupts.py``): reboot > restartAllServices > union of services
+> noop. Packages are ordered by ``dependsOn`` (a cycle is an error; a dependency
+is a minimum version); uninstalls run first, dependents before what they depend
+on.
+
+No config is lost: whatever the recorded stage and state, a plan for a package
+whose config keys changed runs the ``config`` stage (and asks for the keys'
+interrupts) before the package can be complete, and the runner records the
+digests of a config only once its ``config`` stage and check passed. A reboot is
+never asked for twice: with the node's current boot id, a pending reboot whose
+recorded boot id differs has happened, and the main phase goes on with
+post-interrupt.
 """
 
 from __future__ import annotations
 
-import json
-
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import field_path
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
     STATUS_COMPLETE,
     STATUS_ERRORING,
     STATUS_IN_PROGRESS,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.state import parse_state
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (  # noqa: F401 - re-exported
+    interrupts_for_keys,
+    is_noop,
+    merge_interrupts,
+    noop,
+    parse_interrupt,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
-    INTERRUPT_TYPES,
     NAME_RE,
     Version,
     config_hashes,
-    config_key_matches,
     is_version,
 )
 
@@ -67,19 +88,26 @@ ACTION_DOWNGRADE = "downgrade"
 ACTION_REINSTALL = "reinstall"
 ACTION_CONFIG = "config"
 ACTION_RESUME = "resume"
+ACTION_RERUN = "rerun"
 ACTION_UNINSTALL = "uninstall"
 ACTION_INTERRUPT = "interrupt"
 ACTION_POST_INTERRUPT = "post-interrupt"
 ACTION_NONE = "none"
 # Actions that run steps on the node.
 WORKING_ACTIONS = (ACTION_APPLY, ACTION_UPGRADE, ACTION_DOWNGRADE, ACTION_REINSTALL, ACTION_CONFIG,
-                   ACTION_RESUME, ACTION_UNINSTALL, ACTION_POST_INTERRUPT)
+                   ACTION_RESUME, ACTION_RERUN, ACTION_UNINSTALL, ACTION_POST_INTERRUPT)
 
-# Package states (Skyhook's vocabulary) and the pseudo-stage of a pending interrupt.
+# Package states (Skyhook's vocabulary) and the pseudo-stages of a pending interrupt:
+# after a change, and after an uninstall (the package is gone once it happened).
 STATE_COMPLETE = "complete"
 STATE_IN_PROGRESS = "in_progress"
 STATE_ERRORING = "erroring"
 STAGE_INTERRUPT = "interrupt"
+STAGE_UNINSTALL_INTERRUPT = "uninstall-interrupt"
+PENDING_STAGES = (STAGE_INTERRUPT, STAGE_UNINSTALL_INTERRUPT)
+# Stages ``nodewright package rerun`` can run again, and what runs then.
+RERUN_STAGES = {"apply": ["apply", "config"], "config": ["config"], "upgrade": ["upgrade", "config"],
+                "post-interrupt": ["post-interrupt"]}
 
 NOOP = {"type": "noop", "services": []}
 
@@ -87,48 +115,11 @@ NOOP = {"type": "noop", "services": []}
 # --------------------------------------------------------------------------- interrupts
 
 def normalize_interrupt(value, field="interrupt"):
-    """``None`` -> noop; a mapping is checked and returned as ``{type, services}``."""
-    if value is None or value == {}:
-        return dict(NOOP, services=[])
+    """``None`` -> noop; a mapping is checked and returned as ``{type, services}``
+    (``interrupts.parse_interrupt``)."""
     if isinstance(value, str):
         value = {"type": value}
-    if not isinstance(value, dict) or value.get("type") not in INTERRUPT_TYPES:
-        raise ValidationError("unknown interrupt %r" % (value,), field=field,
-                              hint="type is one of %s" % ", ".join(reversed(INTERRUPT_TYPES)))
-    services = value.get("services") or []
-    if not isinstance(services, list) or not all(isinstance(s, str) for s in services):
-        raise ValidationError("services must be a list of unit names", field=field + ".services")
-    if value["type"] == "service" and not services:
-        raise ValidationError("interrupt type 'service' needs services", field=field + ".services",
-                              hint="e.g. services: [containerd.service]")
-    return {"type": value["type"], "services": sorted(set(services)) if value["type"] == "service" else []}
-
-
-def merge_interrupts(interrupts):
-    """One interrupt for a node: reboot > restartAllServices > services (union) > noop."""
-    rank = 0
-    services = set()
-    for item in interrupts:
-        if not item:
-            continue
-        item = normalize_interrupt(item)
-        rank = max(rank, INTERRUPT_TYPES.index(item["type"]))
-        services.update(item["services"])
-    itype = INTERRUPT_TYPES[rank]
-    return {"type": itype, "services": sorted(services) if itype == "service" else []}
-
-
-def is_noop(interrupt):
-    return not interrupt or interrupt.get("type", "noop") == "noop"
-
-
-def interrupts_for_keys(config_interrupts, keys):
-    """The interrupts that the changed ``keys`` ask for through configInterrupts globs."""
-    found = []
-    for pattern, interrupt in sorted((config_interrupts or {}).items()):
-        if any(config_key_matches(pattern, key) for key in keys):
-            found.append(normalize_interrupt(interrupt, "configInterrupts[%r]" % pattern))
-    return found
+    return parse_interrupt(value, field, allow_empty=True)
 
 
 def changed_keys(old_hashes, new_hashes):
@@ -141,25 +132,28 @@ def changed_keys(old_hashes, new_hashes):
 
 def normalize_state(recorded, field="recorded_state"):
     """Accept the node state as the annotation's JSON text, the state mapping, or a
-    mapping of package name to entry; return ``{"packages": {name: entry}}``."""
+    mapping of package name to entry; return ``{"packages": {name: entry}}``. Text
+    is read by ``node/state.py`` (the one reader): what it cannot parse is an error,
+    never an empty state."""
     if recorded is None or recorded == "" or recorded == {}:
         return {"packages": {}}
-    if isinstance(recorded, str):
+    if isinstance(recorded, (str, bytes)):
         try:
-            recorded = json.loads(recorded)
-        except ValueError as exc:
-            raise ValidationError("the recorded node state is not JSON: %s" % exc, field=field,
-                                  hint="pass the value of the node annotation as it is, or {}")
+            recorded = parse_state(recorded, "the recorded node state",
+                                   hint="pass the value of the node annotation as it is, or {}")
+        except ValidationError as exc:
+            raise ValidationError(exc.reason, field=field, hint=exc.hint)
     if not isinstance(recorded, dict):
         raise ValidationError("the recorded node state must be a mapping", field=field)
     packages = recorded.get("packages") if "packages" in recorded else recorded
-    if "name" in packages and "version" in packages and not isinstance(packages.get("version"), dict):
+    if isinstance(packages, dict) and "name" in packages and "version" in packages \
+            and not isinstance(packages.get("version"), dict):
         packages = {packages["name"]: packages}  # one package's entry
     if not isinstance(packages, dict):
         raise ValidationError("'packages' must map package names to their state", field=field)
     out = {}
     for name, entry in packages.items():
-        where = "%s.packages.%s" % (field, name)
+        where = field_path(field_path(field, "packages"), name)
         if not isinstance(entry, dict) or not is_version(entry.get("version")):
             raise ValidationError("recorded package %r has no valid version" % name, field=where,
                                   hint="reset the node's state annotation if it was edited by hand")
@@ -172,7 +166,7 @@ def normalize_state(recorded, field="recorded_state"):
 
 
 def state_entry(name, version, stage, state, config_hashes=None, depends_on=None, interrupt=None,
-                from_version=None, boot_id=None, updated=None):
+                from_version=None, boot_id=None, updated=None, checks=None, rerun=None):
     """One package's entry in the node state (camelCase: it lives in an annotation)."""
     entry = {"name": name, "version": version, "stage": stage, "state": state}
     if config_hashes is not None:
@@ -185,6 +179,10 @@ def state_entry(name, version, stage, state, config_hashes=None, depends_on=None
         entry["fromVersion"] = from_version
     if boot_id:
         entry["bootId"] = boot_id
+    if checks:
+        entry["checks"] = dict(checks)
+    if rerun:
+        entry["rerun"] = rerun
     if updated:
         entry["updated"] = updated
     return entry
@@ -196,15 +194,16 @@ def node_status(state):
     if STATE_ERRORING in states:
         return STATUS_ERRORING
     if any(s != STATE_COMPLETE for s in states) or any(
-            p.get("stage") == STAGE_INTERRUPT for p in state.get("packages", {}).values()):
+            p.get("stage") in PENDING_STAGES for p in state.get("packages", {}).values()):
         return STATUS_IN_PROGRESS
     return STATUS_COMPLETE
 
 
 def pending_interrupt(state):
-    """The interrupt the node still owes its packages (those at stage interrupt)."""
+    """The interrupt the node still owes its packages (those at stage interrupt or
+    uninstall-interrupt)."""
     return merge_interrupts(p.get("interrupt") for p in (state or {}).get("packages", {}).values()
-                            if p.get("stage") == STAGE_INTERRUPT)
+                            if p.get("stage") in PENDING_STAGES)
 
 
 def finalize_state(state):
@@ -213,6 +212,42 @@ def finalize_state(state):
     out = {"packages": packages}
     out["status"] = node_status(out)
     return out
+
+
+def mark_rerun(state, name, stage):
+    """A copy of a node state in which package ``name`` is to run ``stage`` again (and
+    what follows it), finished steps included: what ``nodewright package rerun`` writes.
+    Raises ``ValidationError`` when the package is not recorded or the stage cannot be
+    rerun."""
+    if stage not in RERUN_STAGES:
+        raise ValidationError("stage %r cannot be run again" % (stage,), field="stage",
+                              hint="one of %s" % ", ".join(sorted(RERUN_STAGES)))
+    new = normalize_state(state)
+    entry = new["packages"].get(name)
+    if entry is None:
+        raise ValidationError("package %r is not recorded on the node" % name, field="package",
+                              hint="recorded: %s" % (", ".join(sorted(new["packages"])) or "none"))
+    if entry.get("stage") in PENDING_STAGES:
+        raise ValidationError("package %r waits for its %s interrupt; a rerun would skip it" % (
+            name, (entry.get("interrupt") or NOOP)["type"]), field="stage",
+            hint="let the rollout perform the interrupt first")
+    if stage == "upgrade" and not entry.get("fromVersion"):
+        raise ValidationError("package %r has no unfinished upgrade to run again" % name, field="stage",
+                              hint="rerun apply or config instead")
+    entry = dict(entry, rerun=stage, state=STATE_IN_PROGRESS)
+    new["packages"][name] = entry
+    full = dict(state) if isinstance(state, dict) else {}
+    full["packages"] = new["packages"]
+    full["status"] = STATUS_IN_PROGRESS
+    return full
+
+
+def reboot_happened(recorded, boot_id):
+    """Whether the reboot ``recorded`` (an entry at a pending stage) waits for has
+    happened: the node's boot id differs from the one recorded when it was asked for."""
+    interrupt = recorded.get("interrupt") or {}
+    return bool(interrupt.get("type") == "reboot" and boot_id and recorded.get("bootId")
+                and recorded["bootId"] != boot_id)
 
 
 # --------------------------------------------------------------------------- ordering
@@ -249,22 +284,27 @@ def _find_cycle(deps, done):
 
 # --------------------------------------------------------------------------- desired
 
+def _where(spec, index):
+    return spec.get("where") or "packages[%d]" % index
+
+
 def normalize_desired(spec, index=0):
-    """Check one desired package and fill defaults; config values become hashes."""
-    where = "packages[%d]" % index
+    """Check one desired package and fill defaults; config values become hashes.
+    ``where`` (optional) is the package's field path in the input, for errors."""
     if not isinstance(spec, dict):
-        raise ValidationError("a desired package must be a mapping", field=where)
+        raise ValidationError("a desired package must be a mapping", field="packages[%d]" % index)
+    where = _where(spec, index)
     name = spec.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise ValidationError("invalid package name %r" % (name,), field=where + ".name",
+        raise ValidationError("invalid package name %r" % (name,), field=field_path(where, "name"),
                               hint="names match %s" % NAME_RE.pattern)
     state = spec.get("state", "present")
     if state not in ("present", "absent"):
-        raise ValidationError("state must be present or absent, got %r" % (state,), field=where + ".state")
+        raise ValidationError("state must be present or absent, got %r" % (state,), field=field_path(where, "state"))
     version = spec.get("version")
     if state == "present" and not is_version(version):
         raise ValidationError("version %r of package %r is not a semantic version" % (version, name),
-                              field=where + ".version", hint="use MAJOR.MINOR.PATCH")
+                              field=field_path(where, "version"), hint="use MAJOR.MINOR.PATCH")
     hashes = spec.get("configHashes")
     if hashes is None:
         hashes = config_hashes(spec.get("config") or {})
@@ -272,28 +312,31 @@ def normalize_desired(spec, index=0):
     for dep, dep_version in deps.items():
         if not is_version(dep_version):
             raise ValidationError("dependency %r version %r is not a semantic version" % (dep, dep_version),
-                                  field="%s.dependsOn.%s" % (where, dep))
+                                  field=field_path(field_path(where, "dependsOn"), dep), hint="use MAJOR.MINOR.PATCH")
     config_interrupts = spec.get("configInterrupts") or {}
     return {
-        "name": name, "version": version, "state": state, "configHashes": hashes,
-        "interrupt": normalize_interrupt(spec.get("interrupt"), where + ".interrupt"),
-        "configInterrupts": {k: normalize_interrupt(v, "%s.configInterrupts[%r]" % (where, k))
+        "name": name, "version": version, "state": state, "configHashes": hashes, "where": where,
+        "interrupt": normalize_interrupt(spec.get("interrupt"), field_path(where, "interrupt")),
+        "configInterrupts": {k: normalize_interrupt(v, field_path(field_path(where, "configInterrupts"), k))
                              for k, v in config_interrupts.items()},
-        "dependsOn": dict(deps),
+        "dependsOn": dict(deps), "reapplyOnReboot": bool(spec.get("reapplyOnReboot")),
     }
 
 
 PACKAGE_SPEC_KEYS = ("name", "src", "version", "config", "env", "interrupt", "config_interrupts", "depends_on",
-                     "state")
+                     "state", "stage_timeout", "reapply_on_reboot")
 
 
-def desired_from_spec(spec, package=None, index=0):
+def desired_from_spec(spec, package=None, index=0, where=None, config_field="config"):
     """A desired package from a package spec (the module's options: name, src,
-    version, config, env, interrupt, config_interrupts, depends_on, state) and the
-    package loaded from its src (None when there is none). The spec's interrupt,
-    config_interrupts and depends_on override the manifest's, as a NodeWright
-    resource's fields do; config is merged over the manifest's defaultConfig."""
-    where = "packages[%d]" % index
+    version, config, env, interrupt, config_interrupts, depends_on, state,
+    stage_timeout) and the package loaded from its src (None when there is none).
+    The spec's interrupt, config_interrupts and depends_on override the manifest's,
+    as a NodeWright resource's fields do; config is merged over the manifest's
+    defaultConfig. ``where`` and ``config_field`` name the package and its config in
+    errors: ``packages[0]``/``config`` for the module, ``spec.packages.<name>``/
+    ``configMap`` for a resource."""
+    where = where or "packages[%d]" % index
     unknown = sorted(set(spec) - set(PACKAGE_SPEC_KEYS))
     if unknown:
         raise ValidationError("unknown key(s) %s" % ", ".join(unknown), field=where,
@@ -302,28 +345,29 @@ def desired_from_spec(spec, package=None, index=0):
     if package is not None:
         if name and name != package.name and package.format == "nodewright":
             raise ValidationError("the package at %s is %r, not %r" % (spec.get("src"), package.name, name),
-                                  field=where + ".name", hint="fix name, or point src at the %s package" % name)
+                                  field=field_path(where, "name"),
+                                  hint="fix name, or point src at the %s package" % name)
         name = name or package.name
         if spec.get("version") and spec["version"] != package.version:
             raise ValidationError("%s at %s is version %s, not %s" % (name, spec.get("src"), package.version,
                                                                       spec["version"]),
-                                  field=where + ".version",
+                                  field=field_path(where, "version"),
                                   hint="point src at version %s, or change version" % spec["version"])
     elif state == "present":
-        raise ValidationError("package %r has no source" % (name,), field=where + ".src",
+        raise ValidationError("package %r has no source" % (name,), field=field_path(where, "src"),
                               hint="give src (a package directory) or the name of a shipped package")
     if not name:
         raise ValidationError("give name or src", field=where)
     config = spec.get("config") or {}
     if package is not None:
-        config = package.validate_config(config, field=where + ".config")
+        config = package.validate_config(config, field=field_path(where, config_field))
 
     def pick(key, default):
         return spec[key] if spec.get(key) is not None else default
 
     return {
         "name": name, "state": state, "version": package.version if package else spec.get("version"),
-        "config": config,
+        "config": config, "where": where, "reapplyOnReboot": bool(spec.get("reapply_on_reboot")),
         "interrupt": pick("interrupt", package.interrupt.to_dict() if package else None),
         "configInterrupts": pick("config_interrupts", {k: v.to_dict() for k, v in package.config_interrupts.items()}
                                  if package else {}),
@@ -332,47 +376,69 @@ def desired_from_spec(spec, package=None, index=0):
 
 
 def _check_dependencies(desired):
+    """``dependsOn`` names the lowest version of another desired package (the same
+    rule as the CRD and the manifest): an unmet one fails before any node is touched."""
     present = {d["name"]: d for d in desired if d["state"] == "present"}
+    absent = {d["name"] for d in desired if d["state"] == "absent"}
     for d in present.values():
         for dep, minimum in sorted(d["dependsOn"].items()):
+            here = field_path(field_path(d["where"], "dependsOn"), dep)
             if dep not in present:
+                why = "which is being uninstalled" if dep in absent else "which is not among the desired packages"
                 raise ValidationError(
-                    "package %r depends on %r %s, which is not among the desired packages" % (d["name"], dep, minimum),
-                    field="%s.dependsOn.%s" % (d["name"], dep), hint="add %r to the packages, or drop the dependency" % dep)
+                    "package %r depends on %r %s or later, %s: the dependency cannot be met"
+                    % (d["name"], dep, minimum, why), field=here,
+                    hint="add %r (at least %s) to the packages, or drop the dependency" % (dep, minimum))
             if Version(present[dep]["version"]) < Version(minimum):
                 raise ValidationError(
-                    "package %r needs %r at least %s, but %s is desired" % (d["name"], dep, minimum,
-                                                                           present[dep]["version"]),
-                    field="%s.dependsOn.%s" % (d["name"], dep), hint="raise %r to %s or later" % (dep, minimum))
+                    "package %r needs %r at least %s, but %s is desired: the dependency cannot be met"
+                    % (d["name"], dep, minimum, present[dep]["version"]), field=here,
+                    hint="raise %r to %s or later, or lower the dependsOn version" % (dep, minimum))
 
 
 # --------------------------------------------------------------------------- planning
 
 def _entry(name, action, reason, version=None, from_version=None, stages=(), interrupt=None,
-           changed=(), depends_on=None):
+           changed=(), depends_on=None, rerun=False):
     interrupt = merge_interrupts([interrupt]) if interrupt else dict(NOOP, services=[])
-    return {"name": name, "action": action, "version": version, "from_version": from_version,
-            "stages": list(stages), "interrupt": interrupt,
-            "post_interrupt": action != ACTION_UNINSTALL and not is_noop(interrupt),
-            "changed_keys": list(changed), "depends_on": dict(depends_on or {}), "reason": reason}
+    entry = {"name": name, "action": action, "version": version, "from_version": from_version,
+             "stages": list(stages), "interrupt": interrupt, "post_interrupt": not is_noop(interrupt),
+             "changed_keys": list(changed), "depends_on": dict(depends_on or {}), "reason": reason}
+    if rerun:
+        entry["rerun"] = True  # the runner clears the stages' flags: finished steps run again
+    return entry
 
 
-def plan_package(desired, recorded):
-    """The main-phase action for one desired package given its recorded entry."""
+def _owed_post_interrupt(recorded, boot_id):
+    """Whether the package still owes its post-interrupt stage although the interrupt
+    happened: a reboot seen through a new boot id, or a post-interrupt that failed."""
+    stage, state = recorded.get("stage"), recorded.get("state")
+    if stage == STAGE_INTERRUPT:
+        return reboot_happened(recorded, boot_id)
+    return stage == "post-interrupt" and state != STATE_COMPLETE
+
+
+def plan_package(desired, recorded, boot_id=None):
+    """The main-phase action for one desired package given its recorded entry and the
+    node's current boot id (None when unknown)."""
     name, version = desired["name"], desired["version"]
     deps = desired["dependsOn"]
     if desired["state"] == "absent":
-        if recorded is None:
-            return _entry(name, ACTION_NONE, "absent and not on the node")
-        return _entry(name, ACTION_UNINSTALL, "state is absent", from_version=recorded["version"],
-                      stages=["uninstall"])
+        return _plan_absent(desired, recorded, boot_id, "state is absent")
     if recorded is None:
         return _entry(name, ACTION_APPLY, "not on the node", version, stages=["apply", "config"],
                       interrupt=desired["interrupt"], depends_on=deps)
     have, stage, state = recorded["version"], recorded.get("stage"), recorded.get("state")
-    pending = recorded.get("interrupt") if stage == STAGE_INTERRUPT or state != STATE_COMPLETE else None
+    owed = _owed_post_interrupt(recorded, boot_id)
+    waiting = stage in PENDING_STAGES and not owed
+    pending = recorded.get("interrupt") if waiting or (state != STATE_COMPLETE and not owed) else None
     keys = changed_keys(recorded.get("configHashes"), desired["configHashes"])
     key_interrupts = interrupts_for_keys(desired["configInterrupts"], keys)
+    if stage == STAGE_UNINSTALL_INTERRUPT:
+        # Uninstalled, its interrupt still to come, and wanted again: a fresh apply.
+        return _entry(name, ACTION_APPLY, "uninstalled (its %s is pending) and wanted again"
+                      % (recorded.get("interrupt") or NOOP)["type"], version, stages=["apply", "config"],
+                      interrupt=merge_interrupts([desired["interrupt"], pending]), depends_on=deps)
     unfinished = state != STATE_COMPLETE and stage in ("apply", "uninstall")
     cmp = (Version(version) > Version(have)) - (Version(version) < Version(have))
     if cmp != 0 and unfinished:
@@ -388,7 +454,39 @@ def plan_package(desired, recorded):
         return _entry(name, ACTION_DOWNGRADE, "%s -> %s: uninstall %s, apply %s" % (have, version, have, version),
                       version, from_version=have, stages=["uninstall", "apply", "config"],
                       interrupt=merge_interrupts([desired["interrupt"], pending]), depends_on=deps)
-    if stage == STAGE_INTERRUPT:
+    if desired.get("reapplyOnReboot") and state == STATE_COMPLETE and stage not in PENDING_STAGES \
+            and boot_id and recorded.get("bootId") and recorded["bootId"] != boot_id:
+        entry = _entry(name, ACTION_RERUN, "the node rebooted since %s completed (boot id %s -> %s): applying it "
+                       "again (reapplyOnReboot)" % (version, recorded["bootId"], boot_id), version,
+                       stages=["apply", "config"], interrupt=merge_interrupts([desired["interrupt"]] + key_interrupts),
+                       changed=keys, depends_on=deps, rerun=True)
+        entry["after_reboot"] = True
+        return entry
+    rerun = recorded.get("rerun")
+    if rerun in RERUN_STAGES:
+        stages = list(RERUN_STAGES[rerun])
+        asked = [desired["interrupt"]] if rerun in ("apply", "upgrade") else []
+        if keys and "config" not in stages:
+            stages = ["config"] + stages
+        return _entry(name, ACTION_RERUN, "stage %s asked to run again" % rerun, version,
+                      from_version=recorded.get("fromVersion") if rerun == "upgrade" else None, stages=stages,
+                      interrupt=merge_interrupts(asked + [pending] + key_interrupts), changed=keys, depends_on=deps,
+                      rerun=True)
+    if owed:
+        why = ("the reboot it waited for happened (boot id %s -> %s)" % (recorded.get("bootId"), boot_id)
+               if stage == STAGE_INTERRUPT else "its post-interrupt was %s" % state)
+        if keys:
+            # The new config first, with the interrupts its keys ask for; post-interrupt
+            # follows now, or after that interrupt.
+            asked = merge_interrupts(key_interrupts)
+            stages = ["config"] + (["post-interrupt"] if is_noop(asked) else [])
+            return _entry(name, ACTION_CONFIG, "config changed: %s; %s" % (", ".join(keys), why), version,
+                          stages=stages, interrupt=asked, changed=keys, depends_on=deps)
+        if stage == STAGE_INTERRUPT:
+            return _entry(name, ACTION_POST_INTERRUPT, why, version, stages=["post-interrupt"], depends_on=deps)
+        return _entry(name, ACTION_RESUME, "stage post-interrupt was %s: running it again" % state, version,
+                      stages=["post-interrupt"], depends_on=deps)
+    if waiting:
         if keys:
             return _entry(name, ACTION_CONFIG, "config changed: %s" % ", ".join(keys), version, stages=["config"],
                           interrupt=merge_interrupts([pending] + key_interrupts), changed=keys, depends_on=deps)
@@ -398,12 +496,11 @@ def plan_package(desired, recorded):
         if stage == "uninstall":
             return _entry(name, ACTION_APPLY, "its uninstall did not finish (%s); applying again" % state,
                           version, stages=["apply", "config"], interrupt=desired["interrupt"], depends_on=deps)
-        resume = {"apply": (["apply", "config"], [desired["interrupt"], pending]),
+        resume = {"apply": (["apply", "config"], [desired["interrupt"], pending] + key_interrupts),
                   "upgrade": (["upgrade", "config"], [desired["interrupt"], pending] + key_interrupts),
-                  "config": (["config"], [pending] + key_interrupts),
-                  "post-interrupt": (["post-interrupt"], [])}.get(stage)
+                  "config": (["config"], [pending] + key_interrupts)}.get(stage)
         if resume is None:
-            resume = (["apply", "config"], [desired["interrupt"], pending])
+            resume = (["apply", "config"], [desired["interrupt"], pending] + key_interrupts)
         return _entry(name, ACTION_RESUME, "stage %s was %s: running it again" % (stage, state), version,
                       from_version=recorded.get("fromVersion") if stage == "upgrade" else None,
                       stages=resume[0], interrupt=merge_interrupts(resume[1]), changed=keys, depends_on=deps)
@@ -413,11 +510,32 @@ def plan_package(desired, recorded):
     return _entry(name, ACTION_NONE, "%s is complete" % version, version, depends_on=deps)
 
 
+def _plan_absent(desired, recorded, boot_id, why):
+    """An uninstall, or the wait for the interrupt an uninstall asked for."""
+    name = desired["name"] if desired else recorded["name"]
+    if recorded is None:
+        return _entry(name, ACTION_NONE, "absent and not on the node")
+    if recorded.get("stage") == STAGE_UNINSTALL_INTERRUPT:
+        if reboot_happened(recorded, boot_id):
+            return _entry(name, ACTION_POST_INTERRUPT, "uninstalled; the reboot it asked for happened",
+                          from_version=recorded["version"])
+        return _entry(name, ACTION_INTERRUPT, "uninstalled, waiting for its %s interrupt"
+                      % (recorded.get("interrupt") or NOOP)["type"], from_version=recorded["version"],
+                      interrupt=recorded.get("interrupt"))
+    interrupt = (desired or {}).get("interrupt") or None
+    return _entry(name, ACTION_UNINSTALL, why, from_version=recorded["version"], stages=["uninstall"],
+                  interrupt=interrupt)
+
+
 def _plan_post_interrupt(recorded):
     entries = {}
     for name, rec in recorded.items():
-        if rec.get("stage") == STAGE_INTERRUPT or (rec.get("stage") == "post-interrupt"
-                                                   and rec.get("state") != STATE_COMPLETE):
+        stage = rec.get("stage")
+        if stage == STAGE_UNINSTALL_INTERRUPT:
+            entries[name] = _entry(name, ACTION_POST_INTERRUPT, "its uninstall's interrupt is done",
+                                   from_version=rec["version"], interrupt=rec.get("interrupt"))
+            entries[name]["post_interrupt"] = False
+        elif stage == STAGE_INTERRUPT or (stage == "post-interrupt" and rec.get("state") != STATE_COMPLETE):
             entries[name] = _entry(name, ACTION_POST_INTERRUPT, "its interrupt is done", rec["version"],
                                    stages=["post-interrupt"], interrupt=rec.get("interrupt"),
                                    depends_on=rec.get("dependsOn"))
@@ -429,12 +547,14 @@ def _plan_post_interrupt(recorded):
     return [entries[n] for n in order]
 
 
-def plan(desired, recorded=None, prune=False, phase=PHASE_MAIN):
+def plan(desired, recorded=None, prune=False, phase=PHASE_MAIN, boot_id=None):
     """Plan one node. ``desired`` is a list of desired packages, ``recorded`` the
-    node state (see ``normalize_state``). Returns a JSON-serialisable mapping:
-    ``{phase, packages: [entry...] in execution order, interrupt, changed}``; each
-    entry has name, action, version, from_version, stages, interrupt,
-    post_interrupt, changed_keys, depends_on and a human reason."""
+    node state (see ``normalize_state``), ``boot_id`` the node's current boot id
+    (so a reboot that already happened is not asked for again). Returns a
+    JSON-serialisable mapping: ``{phase, packages: [entry...] in execution order,
+    interrupt, changed}``; each entry has name, action, version, from_version,
+    stages, interrupt, post_interrupt, changed_keys, depends_on, a human reason,
+    and ``rerun`` when finished steps are to run again."""
     if phase not in PHASES:
         raise ValidationError("unknown phase %r" % (phase,), field="phase", hint="one of %s" % ", ".join(PHASES))
     recorded = normalize_state(recorded)["packages"]
@@ -450,13 +570,12 @@ def plan(desired, recorded=None, prune=False, phase=PHASE_MAIN):
     order = order_by_dependencies({d["name"]: d["dependsOn"] for d in desired if d["state"] == "present"})
     entries = {}
     for d in desired:
-        entries[d["name"]] = plan_package(d, recorded.get(d["name"]))
+        entries[d["name"]] = plan_package(d, recorded.get(d["name"]), boot_id)
     for name, rec in recorded.items():
         if name in by_name:
             continue
-        if prune:
-            entries[name] = _entry(name, ACTION_UNINSTALL, "not desired (prune)", from_version=rec["version"],
-                                   stages=["uninstall"])
+        if prune or rec.get("stage") == STAGE_UNINSTALL_INTERRUPT:
+            entries[name] = _plan_absent(None, rec, boot_id, "not desired (prune)")
         else:
             entries[name] = _entry(name, ACTION_NONE, "on the node but not desired; kept (prune is off)",
                                    rec["version"])

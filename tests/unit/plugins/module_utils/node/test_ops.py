@@ -76,8 +76,8 @@ def test_state_patches_keep_the_worst_status_in_the_node_label():
 def test_a_malformed_state_is_reported_not_trusted():
     bad = node(annotations={markers.state_annotation("r"): "{oops"})
     assert "malformed" in ops.read_state(bad, "r")["error"]
-    assert ops.read_state(node(annotations={markers.state_annotation("r"): "[1]"}), "r")["error"].endswith(
-        "not a JSON object")
+    assert "must hold a JSON object, not a list" in ops.read_state(
+        node(annotations={markers.state_annotation("r"): "[1]"}), "r")["error"]
     assert ops.read_state(node(), "r") == {}
 
 
