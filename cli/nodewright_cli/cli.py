@@ -64,7 +64,7 @@ def _extravars(values):
             elif value.lstrip().startswith("{"):
                 loaded = safe_load.load_json(value, "--extra-vars")
             else:
-                key, _, val = value.partition("=")
+                key, dummy, val = value.partition("=")
                 loaded = {key: val}
         except (OSError, ValueError, yaml.YAMLError) as exc:
             raise NodeWrightError("--extra-vars %s cannot be read: %s" % (value, str(exc).splitlines()[0]))
@@ -275,7 +275,7 @@ def cmd_reset(args):
     what = "resource %s" % args.resource if args.resource else "every resource"
     _print_patch("node %s" % args.node, patch, args.dry_run,
                  "node %s: NodeWright's record of %s removed; the next rollout takes the node again" % (args.node,
-                                                                                                       what),
+                                                                                                        what),
                  "node %s has no NodeWright record of %s" % (args.node, what))
     return 0
 
@@ -292,15 +292,15 @@ def cmd_reset_batches(args):
     return 0
 
 
-COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
-            "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
-            "ignore": cmd_ignore, "reset": cmd_reset,
-            "reset-batches": cmd_reset_batches, "report": report.cmd_report, "rollout": lambda args: _rollout(args)}
-
-
 def _rollout(args):
     from nodewright_cli import rollout as rollout_cmd
     return rollout_cmd.cmd_rollout(args)
+
+
+COMMANDS = {"reconcile": cmd_reconcile, "status": cmd_status, "drift": cmd_drift, "pause": cmd_resource_action,
+            "resume": cmd_resource_action, "disable": cmd_resource_action, "enable": cmd_resource_action,
+            "ignore": cmd_ignore, "reset": cmd_reset,
+            "reset-batches": cmd_reset_batches, "report": report.cmd_report, "rollout": _rollout}
 
 
 def check_args(args):

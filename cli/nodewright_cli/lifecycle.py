@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from nodewright_cli import collection  # noqa: F401  (makes the collection importable)
+from nodewright_cli import collection  # noqa: F401 pylint: disable=unused-import
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion
@@ -45,7 +45,7 @@ def record_uninstall_outcome(core, resource, result, reported):
     failure = "its uninstall failed (%s)" % why[:900]
     reported[("uninstall-failed", resource)] = failure
     node_ops.set_resource_condition(core, resource, deletion.deleting_condition({"action": deletion.UNINSTALL,
-                                                                                  "reason": ""}, failure))
+                                                                                 "reason": ""}, failure))
     LOG.warning("NodeWright %s is being deleted: %s", resource, failure)
 
 

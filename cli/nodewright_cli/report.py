@@ -116,7 +116,7 @@ def summarize(report, path, resources=None, cluster_error=None):
         for host, entry in sorted(nodes.items()):
             if entry.get("outcome") != "ok":
                 lines.append("    %s %s at '%s': %s" % (host, entry.get("outcome"), entry.get("failed_task"),
-                                                       _first_line(entry.get("msg"))))
+                                                        _first_line(entry.get("msg"))))
         local = (report.get("hosts") or {}).get("localhost") or {}
         if local.get("outcome") not in (None, "ok"):
             lines.append("  the run ended with: %s" % _first_line(local.get("msg")))

@@ -238,10 +238,10 @@ class WaveRunnerCli(object):
         return out
 
     def _run_tool(self, argv, what):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, check=False)
         if proc.returncode != 0:
             raise NodeWrightError("%s failed (rc %d): %s" % (what, proc.returncode,
-                                                            (proc.stderr or proc.stdout).strip()[-2000:]))
+                                                             (proc.stderr or proc.stdout).strip()[-2000:]))
         return proc.stdout
 
     def target_hosts(self):

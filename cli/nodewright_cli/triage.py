@@ -133,12 +133,12 @@ def render_detail(detail):
             lines.append("  resource %s: %s" % (resource, entry["error"]))
             continue
         lines.append("  resource %s: %s%s" % (resource, entry.get("status"),
-                                             (" at %s" % entry["step"]) if entry.get("step") else ""))
+                                              (" at %s" % entry["step"]) if entry.get("step") else ""))
         if entry.get("last_error"):
             lines.append("    last error: %s" % entry["last_error"].splitlines()[0][:300])
         for pkg in entry.get("packages") or ():
             lines.append("    %s %s: %s/%s%s" % (pkg["name"], pkg["version"], pkg["stage"], pkg["state"],
-                                                  (" (rerun of %s asked)" % pkg["rerun"]) if pkg.get("rerun") else ""))
+                                                 (" (rerun of %s asked)" % pkg["rerun"]) if pkg.get("rerun") else ""))
             if pkg["checks"]:
                 lines.append("      checks: %s" % _check_text(pkg["checks"]))
     if not detail["resources"]:
@@ -177,7 +177,7 @@ def run_on_node(args, node, extravars):
     workdir = os.path.abspath(args.workdir) if args.workdir else \
         os.path.join(os.environ.get("HOME", "/tmp"), ".nodewright", "triage")
     inventory = os.path.abspath(args.inventory) if args.inventory else runner.default_inventory(workdir,
-                                                                                             args.connection)
+                                                                                                args.connection)
     env = {}
     if args.kubeconfig:
         env["K8S_AUTH_KUBECONFIG"] = os.path.abspath(args.kubeconfig)
@@ -257,7 +257,7 @@ def cmd_node(args, cluster, out=sys.stdout):
 
 
 def versions():
-    import importlib.metadata as metadata
+    from importlib import metadata
     import yaml
     with open(os.path.join(collection.FLEET_DIR, "galaxy.yml")) as fh:
         galaxy = yaml.safe_load(fh) or {}

@@ -342,7 +342,7 @@ class _Sequence(object):
     def refuse_state(self, problem):
         message = ("%s; NodeWright will not overwrite it. Fix or remove the annotation %s (kubectl annotate node %s "
                    "%s-), then rerun" % (problem, markers.state_annotation(self.resource), self.name,
-                                        markers.state_annotation(self.resource)))
+                                         markers.state_annotation(self.resource)))
         self.node.sync_error(self.resource, {"reason": "MalformedState", "message": message})
         raise _Untouched("node %s skipped: %s" % (self.name, message), {"changed": not self.check_mode})
 

@@ -551,7 +551,7 @@ class Connection(ConnectionBase):
         rc, _out, err = self._run(node_pod.put_file_argv(out_path, len(data), **self._argv_settings()), data)
         if rc != 0:
             raise AnsibleError("failed to write %s on node %s: %s" % (out_path, self.get_option("node"),
-                                                                       to_text(err).strip()))
+                                                                      to_text(err).strip()))
 
     def fetch_file(self, in_path, out_path):
         super(Connection, self).fetch_file(in_path, out_path)
@@ -559,7 +559,7 @@ class Connection(ConnectionBase):
         rc, out, err = self._run(node_pod.fetch_file_argv(in_path, **self._argv_settings()))
         if rc != 0:
             raise AnsibleError("failed to read %s on node %s: %s" % (in_path, self.get_option("node"),
-                                                                      to_text(err).strip()))
+                                                                     to_text(err).strip()))
         target = to_bytes(out_path, errors="surrogate_or_strict")
         os.makedirs(os.path.dirname(target) or b".", exist_ok=True)
         with open(target, "wb") as fh:

@@ -162,7 +162,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, carry_result
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import carry_result
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
 
 
 def run(module):

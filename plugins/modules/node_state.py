@@ -121,12 +121,8 @@ import json
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import (
-    NodeWrightModule,
-    carry_result,
-    check_text,
-)
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError, carry_result
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, check_text
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import check_keys
 
 EVENT_TYPES = ("Normal", "Warning")

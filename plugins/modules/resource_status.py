@@ -84,6 +84,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status impo
     compute_status,
 )
 
+
 def run(module):
     p = module.params
     names.nodewright_name(p["name"], "name")

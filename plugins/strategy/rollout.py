@@ -307,7 +307,7 @@ class StrategyModule(LinearStrategyModule):
         if fleet is not None and fleet.active is not None:
             fleet.active.tick()
         return super(StrategyModule, self)._process_pending_results(iterator, one_pass=one_pass,
-                                                                   max_passes=max_passes)
+                                                                    max_passes=max_passes)
 
     # ------------------------------------------------------------------ run
 

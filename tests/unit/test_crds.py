@@ -20,6 +20,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import poli
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import windows as windows_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import resources
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import INTERRUPT_TYPES
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     BatchState,
@@ -155,8 +156,8 @@ def test_nodewright_patterns_are_the_validators(nodewright_crd):
     assert package["properties"]["containerSHA"]["pattern"] == resources.CONTAINER_SHA_PATTERN
     assert at(package, "dependsOn.*")["pattern"] == resources.SEMVER_PATTERN
     assert at(package, "env.[].name")["pattern"] == resources.ENV_NAME_PATTERN
-    assert at(package, "interrupt.type")["enum"] == list(resources.INTERRUPT_TYPES)
-    assert at(package, "configInterrupts.*.type")["enum"] == list(resources.INTERRUPT_TYPES)
+    assert at(package, "interrupt.type")["enum"] == list(INTERRUPT_TYPES)
+    assert at(package, "configInterrupts.*.type")["enum"] == list(INTERRUPT_TYPES)
     assert at(package, "interrupt.services.[]")["pattern"] == resources.SERVICE_PATTERN
     assert at(schema, "spec.deploymentPolicy")["pattern"] == resources.OBJECT_NAME_PATTERN
     assert "self.all(k, k.matches(r'%s'))" % resources.PACKAGE_NAME_PATTERN in rules(at(schema, "spec.packages"))

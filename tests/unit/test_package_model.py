@@ -14,13 +14,13 @@ import jsonschema
 import pytest
 
 from ansible_collections.nodewright.fleet.plugins.action.package import load_controller_package
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import json_line_map
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     FORMAT_SKYHOOK,
     PackageError,
     Version,
     compare_versions,
     config_hashes,
-    json_line_map,
     load_package,
     render_config_value,
 )

@@ -10,10 +10,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (  # noqa: F401 (carry_result: for modules)
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
     NodeWrightError,
     ValidationError,
-    carry_result,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_ARG_SPEC, get_api_client
 

@@ -71,7 +71,7 @@ def node_settings(plan):
 
 
 def describe_setting(key):
-    kind, _, name = key.partition(":")
+    kind, dummy, name = key.partition(":")
     return {"sysctl": "sysctl %s", "cmdline": "kernel parameter %s", "file": "file %s"}.get(kind, kind + " %s") % name
 
 

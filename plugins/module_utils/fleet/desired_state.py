@@ -454,7 +454,7 @@ def apply_sequencing(rollouts):
             r["held_by"] = holder["name"]
             r["held"] = ("waiting for %s (priority %d, sequencing: all) to complete on every node it targets; "
                          "%d of %d still to do" % (holder["name"], holder["priority"], pending,
-                                                  len(holder["targets"])))
+                                                   len(holder["targets"])))
             r["work"] = []
             continue
         if holder is None and r.get("sequencing") == "all" and not r.get("disabled") and not r.get("deleting") \

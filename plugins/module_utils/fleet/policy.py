@@ -304,7 +304,6 @@ class Topology(object):
         return {"key": self.key, "maxInProgress": self.max_in_progress}
 
 
-
 @dataclass(frozen=True)
 class DeploymentPolicy(object):
     """A parsed, validated DeploymentPolicy spec."""
@@ -468,4 +467,3 @@ def policy_from_interruption_budget(budget=None, where="spec.interruptionBudget"
     parsed = Budget(percent=100) if budget is None else parse_budget(budget, where, "interruptionBudget")
     return DeploymentPolicy(default=Compartment(name=DEFAULT_COMPARTMENT, selector=Selector(),
                                                 budget=parsed, strategy=None))
-

@@ -28,8 +28,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation
     parse_duration,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (  # noqa: F401 - re-exported
-    INTERRUPT_TYPES,
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (
     SERVICE_PATTERN,
     compact,
     parse_interrupt,
@@ -624,7 +623,6 @@ def validate_nodewright(obj):
                                           % ((near + " ") if near else "")))
     out_spec["sequencing"] = sequencing
     problems.raise_if_any()
-
 
     result = copy.deepcopy(obj)
     result["spec"] = out_spec

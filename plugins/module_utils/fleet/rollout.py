@@ -272,7 +272,7 @@ class StateKeeper(object):
         except NodeWrightError as exc:
             return "could not record the batch state of %s: %s" % (self.name, exc)
         merged = dict(self.status)
-        merged.update({k: v for k, v in patch["status"].items()})
+        merged.update(dict(patch["status"]))
         self.status = merged
         return None
 
@@ -397,8 +397,6 @@ def wave_facts(wave, policy_source):
 def seconds_until(moment, now):
     """Seconds from ``now`` until ``moment`` (0 if it has passed)."""
     return max(0.0, (moment - now).total_seconds())
-
-
 
 
 def _members(state, nodes):
@@ -659,4 +657,3 @@ class RunHooks(Hooks):
                 halted = record is not None and record.status == HALTED
                 self.save(res, driver.last_view, driver.last_raw, override="halted" if halted else None,
                           message=record.reason if halted else None)
-

@@ -190,8 +190,8 @@ class _Converter(object):
         if tag is not None:
             if tag != out.get("version"):
                 problems.add(ValidationError("image tag %r differs from version %r" % (tag, out.get("version")), field=path,
-                                      hint="NodeWright takes the image tag from version; remove the tag from image "
-                                           "or make version match it"))
+                                             hint="NodeWright takes the image tag from version; remove the tag from image "
+                                             "or make version match it"))
             else:
                 self.notes.append("%s: removed tag %r (the tag comes from version)" % (path, tag))
         if digest is not None:
@@ -349,4 +349,3 @@ def convert_deployment_policy(obj, drop=()):
         raise ValidationError("expected kind DeploymentPolicy, got %r" % (obj.get("kind"),), field="kind",
                               hint="use convert_skyhook() for Skyhook objects")
     return convert(obj, drop).resource
-

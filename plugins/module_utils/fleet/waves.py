@@ -237,7 +237,6 @@ def _node_view(node, where):
                  _parse_timestamp(sticky, where) if sticky else None)
 
 
-
 def order_nodes(nodes, sticky=None):
     """Node names in batch order: those in ``sticky`` (a resource's
     ``status.nodePriority``: name -> when it first had work) first, in that order, so
@@ -642,4 +641,3 @@ def plan_waves(policy, nodes, done=(), in_progress_elsewhere=(), fleet_size=None
             return Plan(waves=waves, status=result.status, reason=result.reason)
         waves.append(result.wave)
         record_wave_result(state, succeeded=result.wave.nodes)
-

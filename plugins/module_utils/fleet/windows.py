@@ -181,4 +181,3 @@ def next_maintenance_window(windows, now):
     starts = [w.next_start(now) for w in _coerce_windows(windows)]
     starts = [s for s in starts if s is not None]
     return min(starts) if starts else None
-

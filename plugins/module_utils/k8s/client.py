@@ -90,7 +90,7 @@ def _describe(auth):
     if auth.get("host"):
         return auth["host"]
     return "the cluster of kubeconfig %s" % (auth.get("kubeconfig") or os.environ.get("KUBECONFIG")
-                                              or "~/.kube/config")
+                                             or "~/.kube/config")
 
 
 def build_configuration(auth):
@@ -276,7 +276,7 @@ def call(what, fn, *args, **kwargs):
 # would not keep "h200-0000/status" out of the status subresource) and then quoted.
 
 _NAME_RULES = {
-    "subdomain": lambda value, field, kind: names.object_name(value, field, kind),
+    "subdomain": names.object_name,
     "label": lambda value, field, kind: names.dns_label(value, field, "%s name" % kind),
     "node": lambda value, field, kind: names.node_name(value, field),
     "nodewright": lambda value, field, kind: names.nodewright_name(value, field),
@@ -314,7 +314,7 @@ def api_path(group_version, plural, name=None, namespace=None, subresource=None,
     base = group_path(group_version)
     if not _PLURAL_RE.fullmatch(plural or "") or (subresource is not None and not _PLURAL_RE.fullmatch(subresource)):
         raise names.InvalidName("%r is not a resource name" % ("%s/%s" % (plural, subresource)
-                                                                 if subresource else plural,),
+                                                               if subresource else plural,),
                                 hint="a bug in the caller: resources are fixed lower-case words")
     parts = []
     if namespace is not None:
@@ -433,7 +433,7 @@ def _raw_request(api, method, path, query, body, content_type, timeout):
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = content_type
-    method, url, headers, payload, _ = api.param_serialize(
+    method, url, headers, payload, dummy = api.param_serialize(
         method, path, query_params=list(query), header_params=headers,
         body=body, auth_settings=["BearerToken"])
     resp = api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)

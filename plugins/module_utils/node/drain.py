@@ -265,7 +265,7 @@ class Drainer(object):
                     with self.lock:
                         self.errors[pod["pod"]] = "eviction failed: HTTP %s %s" % (exc.status, exc.reason)
                     return "error"
-            except Exception as exc:  # connection trouble: retry until the deadline
+            except Exception as exc:  # pylint: disable=duplicate-except  # connection trouble: retry until the deadline
                 with self.lock:
                     self.errors[pod["pod"]] = "eviction request failed: %s" % str(exc)[:200]
             if self.clock() + delay > deadline:

@@ -187,7 +187,7 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     result["blocker"] = first
     if not tainted:
         result["message"] = ("not tainted; %s is %s on this node (%s)" % (first["resource"], first["progress"],
-                                                                       first["detail"]))
+                                                                          first["detail"]))
         return result
     result["action"] = KEEP
     what = "%s (priority %d) %s" % (first["resource"], first["priority"], first["detail"])

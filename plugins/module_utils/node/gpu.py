@@ -141,7 +141,7 @@ def detect_accelerator_from_nvidia_smi(output, arch=None):
     for name, compute in rows:
         accel = _match_product(name)
         if accel is None and compute and arch:
-            major, _, minor = compute.partition(".")
+            major, dummy, minor = compute.partition(".")
             cands = _from_compute(major, minor or "0", arch)
             accel = cands[0] if len(cands) == 1 else None
         if accel is None:

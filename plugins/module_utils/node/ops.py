@@ -139,7 +139,7 @@ def patch_node(core, name, patch):
 
 def set_cordon(core, name, state, force=False, reason=None, resource=None, check_mode=False):
     node = get_node(core, name)
-    action, _, message = plan_cordon(node, state, force)
+    action, dummy, message = plan_cordon(node, state, force)
     result = {"node": name, "previous": cordon_state(node), "action": action, "msg": message,
               "changed": action in ("cordon", "uncordon", "clear")}
     if action == "refuse":
@@ -374,7 +374,7 @@ def erroring_condition(node, resource=None, error=None):
     else:
         reason = ERRORING_REASON
     if len(failing) == 1:
-        (name, why), = failing.items()
+        name, why = next(iter(failing.items()))
         message = "%s: %s" % (name, why)
     else:
         message = "%d NodeWright resources are erroring: %s" % (

@@ -221,7 +221,7 @@ def pod_progress(pod):
         waiting = (c.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in FATAL_WAITING_REASONS:
             return "failed", "container %s: %s: %s" % (c.get("name"), waiting["reason"],
-                                                        waiting.get("message") or "")
+                                                       waiting.get("message") or "")
         terminated = (c.get("state") or {}).get("terminated")
         if terminated:
             return "failed", "container %s exited (%s, exit code %s)" % (

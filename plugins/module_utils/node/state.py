@@ -59,7 +59,7 @@ def parse_state(raw, what="the node state", hint=None):
         value = raw
     if not isinstance(value, dict):
         raise UnreadableState("%s is malformed: it must hold a JSON object, not %s" % (what, _kind(value)),
-                             hint=hint)
+                              hint=hint)
     return dict(value)
 
 

@@ -29,14 +29,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common import saf
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import field_path as _join
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import interrupts as _interrupts
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (  # noqa: F401 - re-exported
-    INTERRUPT_TYPES,
-    config_key_matches,
-)
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import (  # noqa: F401 - re-exported
-    json_line_map,
-    parse_json_manifest,
-)
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import config_key_matches
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import parse_json_manifest
 
 NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 # Skyhook's config.json puts no rule on package_name (nvidia_tuned exists); the

@@ -68,7 +68,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupt
     interrupts_for_keys,
     is_noop,
     merge_interrupts,
-    noop,
     parse_interrupt,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
@@ -606,5 +605,5 @@ def plan_summary(result):
         if e["from_version"] and e["version"] and e["from_version"] != e["version"]:
             version = "%s -> %s" % (e["from_version"], e["version"])
         lines.append("%s: %s %s (%s; interrupt %s)" % (e["name"], e["action"], version, e["reason"],
-                                                      e["interrupt"]["type"]))
+                                                       e["interrupt"]["type"]))
     return lines

@@ -70,8 +70,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.steps imp
     step_alive,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.store import (  # noqa: F401 - re-exported
-    LOG_ROOT,
-    STORE,
     HostRoot,
     Layout,
     PackageStore,
@@ -216,7 +214,7 @@ class PackageRunner(PackageStore, StepExecutor):
                                 required=action == ACTION_DOWNGRADE, run=run)
             if package is None:
                 raise StepFailed("package %s %s: no package source was given for %s" % (name, entry["version"],
-                                                                                         action))
+                                                                                        action))
             installed = self.install(package, config)
             stages = [s for s in entry["stages"] if s != "uninstall"]  # done above
             if entry.get("rerun"):

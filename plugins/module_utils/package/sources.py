@@ -603,7 +603,7 @@ class ImageResolver(object):
             cmd += ["--registries-conf", self.registries_conf]
         cmd += list(args)
         try:
-            proc = self._run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+            proc = self._run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
         except FileNotFoundError:
             return None, "skopeo-missing"
         except subprocess.TimeoutExpired:

@@ -259,7 +259,7 @@ class StepExecutor(object):
             cause = "exited %s (accepted: %s)" % (result["exit_code"], ", ".join(str(c) for c in step.returncodes))
         where = " on host root %s" % self.root.path if self.root.chrooted else ""
         lines = ["package %s %s: %s %r of stage %s %s%s" % (package.name, package.version, what, step.name, stage,
-                                                             cause, where)]
+                                                            cause, where)]
         if result.get("log"):
             lines.append("log: %s" % result["log"])
         text = "\n".join(t for t in (result.get("stdout_tail"), result.get("stderr_tail")) if t)
@@ -351,7 +351,7 @@ class StepExecutor(object):
         supervisor = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
                                       pass_fds=keep, start_new_session=True)
-        _, err = supervisor.communicate(json.dumps(spec).encode("utf-8"))
+        dummy, err = supervisor.communicate(json.dumps(spec).encode("utf-8"))
         done = read_json(record_path, {}) or {}
         if done.get("status") != "finished" or done.get("log") != log:
             done = {"exit_code": None, "reason": "the step supervisor failed: %s"

@@ -128,7 +128,7 @@ def check_result(rows, verdict_text, observed, phase="post-interrupt"):
     if phase not in ("post-interrupt", "live"):
         raise ValidationError("unknown check phase %r" % (phase,), field="phase",
                               hint="post-interrupt or live")
-    verdicts, _ = parse_verdict(verdict_text)
+    verdicts, dummy = parse_verdict(verdict_text)
     observed = observed or {}
     failed, pending, unverified, verified = [], [], [], []
     for row in rows:

@@ -47,7 +47,7 @@ def os_from_os_release(text):
         "unsupported operating system %s %s (%s)" % (
             fields.get("ID", "?"), version or "?", fields.get("PRETTY_NAME", "no PRETTY_NAME")),
         field="os", hint="supported: %s, cos; or set nvidia_tuning_os" % ", ".join(
-            n for _, _, n in _OS_MAP))
+            n for dummy, dummy, n in _OS_MAP))
 
 
 # Kubernetes reports the OS as status.nodeInfo.osImage (PRETTY_NAME of os-release).
@@ -69,7 +69,7 @@ def os_from_os_image(text):
             return name
     raise ValidationError(
         "unsupported operating system %r (the node's status.nodeInfo.osImage)" % (text or ""),
-        field="os", hint="supported: %s, cos; or set os explicitly" % ", ".join(n for _, _, n in _OS_MAP))
+        field="os", hint="supported: %s, cos; or set os explicitly" % ", ".join(n for dummy, dummy, n in _OS_MAP))
 
 
 def os_release_match(os_name):

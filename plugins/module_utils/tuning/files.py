@@ -98,7 +98,7 @@ def render_plan(resolved):
             wants.append((GPU_UNITS[key], "gpu:" + key))
     if wants:
         files.append({"path": WANTS_FILE, "template": "wants.conf.j2", "kind": "wants",
-                      "units": [u for u, _ in wants], "settings": [sid for _, sid in wants]})
+                      "units": [u for u, dummy in wants], "settings": [sid for dummy, sid in wants]})
     return files
 
 

@@ -140,7 +140,7 @@ def _normalize_setting(mech, key, raw, layer, group=None):
                                   field=where)
         setting.update(key=key, value="loaded", reboot=False)
     elif mech == "modprobe":
-        option, _, dword = key.partition(".")
+        option, dummy, dword = key.partition(".")
         if not _MODULE_RE.match(group) or not _OPTION_RE.match(option) or (
                 dword and (option != REGISTRY_DWORDS or not _DWORD_RE.match(dword))):
             raise ValidationError("invalid module option %s %s" % (group, key), field=where,

@@ -126,7 +126,7 @@ def package_config(resolved, files, skip=None):
     initramfs = resolved.get("initramfs") or {"method": "none"}
     if any(spec.get("initramfs") for spec in files) or initramfs.get("method", "none") != "none":
         lines.append("initramfs\t%s" % "\t".join([initramfs.get("method", "none")]
-                                                   + list(initramfs.get("update_command") or [])))
+                                                 + list(initramfs.get("update_command") or [])))
     if resolved.get("reapply_every_boot"):
         lines.append("reapply\tevery-boot")
     # What the host must have for the modules to load (checked before anything is written).

@@ -215,7 +215,7 @@ def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profil
         del merged[sid]
 
     _check_cmdline_conflicts(merged)
-    reapply = any((layer.get("meta") or {}).get("reapply_every_boot") for _, layer in layers)
+    reapply = any((layer.get("meta") or {}).get("reapply_every_boot") for dummy, layer in layers)
     for setting in merged.values():
         if reapply and setting["mechanism"] == "sysctl":
             # Written and applied by the step itself (sysctl -p), after every boot too:
@@ -229,7 +229,7 @@ def resolve_profile(accelerator, intent, os, cloud=None, options=None, *, profil
         "accelerator": accelerator, "family": context["family"], "arch": context["arch"],
         "form_factor": context["form_factor"], "platforms": platforms,
         "intent": intent, "os": os, "cloud": cloud, "options": opts, "decisions": decisions,
-        "layers": [n for n, _ in layers],
+        "layers": [n for n, dummy in layers],
         "settings": merged, "skipped": skipped, "removed": removed,
         "bootloader": bootloader, "initramfs": initramfs, "reapply_every_boot": bool(reapply),
         "reboot": any(s["reboot"] for s in merged.values()),
@@ -263,7 +263,7 @@ def _check_cmdline_conflicts(settings):
         if setting["mechanism"] != "cmdline":
             continue
         for token in setting["tokens"]:
-            name, _, value = token.partition("=")
+            name, dummy, value = token.partition("=")
             if name == "hugepagesz":
                 if value in sizes:
                     raise ValidationError(
