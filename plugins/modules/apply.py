@@ -43,11 +43,8 @@ options:
     type: int
     default: 60
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - In check mode every object is sent with C(dryRun=All), so the API server still validates it.
   - O(src) or O(definition), one of them.

@@ -23,7 +23,7 @@ description:
     M(nodewright.fleet.node_drain), M(nodewright.fleet.node_wait_pods), M(nodewright.fleet.node_wait_ready),
     M(nodewright.fleet.node_health) and M(nodewright.fleet.node_gate); the packages run on the host through
     M(nodewright.fleet.package) over the task's connection.
-  - Under the C(nodewright.fleet.rollout) strategy in C(playbooks/rollout.yml) the task needs no options: the
+  - Under the C(nodewright.fleet.rollout) strategy in C(playbooks/rollout.yml) the task needs no options; the
     resource, its packages and the node's plan come from the rollout. Used on its own, give O(resource) and
     O(packages).
   - The C(safe_update) role runs it in phases (O(phase)) around your own tasks.
@@ -144,7 +144,7 @@ attributes:
     support: none
     description: No diff output.
 notes:
-  - An action plugin: it runs on the controller and reaches the host over the task's connection.
+  - An action plugin; it runs on the controller and reaches the host over the task's connection.
 """
 
 EXAMPLES = r"""

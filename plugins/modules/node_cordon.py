@@ -16,10 +16,6 @@ description:
     cordoned unless O(force=true). A re-run after a crash recognises NodeWright's own cordon.
   - An Event is recorded on the node for every change.
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   state:
     description: Desired state.
     type: str
@@ -36,11 +32,9 @@ options:
     description: Name of the NodeWright resource on whose behalf the node is cordoned.
     type: str
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - "Runs where the Kubernetes API is reachable, usually with C(delegate_to: localhost)."
 author:

@@ -25,10 +25,6 @@ description:
     kubelet that did not confirm its end - leaves the node cordoned and records an Event on it. The
     result says C(changed=true) when the node was cordoned or a pod evicted before the failure.
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   cordon:
     description: Cordon the node first (with NodeWright's ownership record).
     type: bool
@@ -79,11 +75,9 @@ options:
     type: int
     default: 32
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - Compared with C(kubernetes.core.k8s_drain) - a PDB 429 is retried until the deadline instead of failing
     at once, a timeout fails instead of warning, O(grace_period=0) is honoured, and the result is structured.

@@ -22,10 +22,6 @@ description:
     else is responsible for it. A disabled resource does not hold the gate; a paused one does.
   - With O(state=present) the module adds the taint (what C(autoTaintNewNodes) does).
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   state:
     description: V(auto) decides from the node's NodeWright state; V(present) adds the taint.
     type: str
@@ -42,11 +38,9 @@ options:
     type: list
     elements: dict
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 notes:
   - Runs where the Kubernetes API is reachable, usually with C(delegate_to=localhost).
   - C(playbooks/rollout.yml) runs it for every node at the end of its maintenance, also when it failed.

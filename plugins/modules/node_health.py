@@ -19,10 +19,6 @@ description:
   - Nodes in a GPU Operator driver upgrade (label C(nvidia.com/gpu-driver-upgrade-state) not
     C(upgrade-done)) are reported as busy in O(phase=pre) so NodeWright never fights that controller.
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   phase:
     description: C(pre) before maintenance, C(post) before uncordon.
     type: str
@@ -63,6 +59,7 @@ options:
     type: int
     default: 300
 extends_documentation_fragment:
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
 attributes:
   check_mode:

@@ -20,10 +20,6 @@ description:
   - A O(status) or O(state) the node already records is not written again (C(changed=false); the state's
     C(updated) time stays that of the last real change).
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   resource:
     description: Name of the NodeWright resource the markers belong to.
     type: str
@@ -52,11 +48,9 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 author:
   - NodeWright maintainers (@nodewright)
 """

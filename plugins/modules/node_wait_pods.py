@@ -16,10 +16,6 @@ description:
     O(resource) its NodeWright status is C(blocked), so C(kubectl get node) explains the wait.
   - When O(timeout) passes with pods still running the module fails and nothing was evicted.
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   selectors:
     description:
       - Non-interruptible pods, as a label selector string, a LabelSelector mapping (a NodeWright
@@ -38,11 +34,9 @@ options:
     description: NodeWright resource whose node status shows C(blocked) while waiting.
     type: str
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 author:
   - NodeWright maintainers (@nodewright)
 """

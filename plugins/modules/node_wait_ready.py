@@ -14,10 +14,6 @@ description:
     C(status.nodeInfo.bootID), which proves that the reboot really happened.
   - Fails at O(timeout), saying whether the node is still NotReady or never rebooted.
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   previous_boot_id:
     description: The bootID before the reboot. When set, the node must come back with another one.
     type: str
@@ -30,6 +26,7 @@ options:
     type: float
     default: 1.0
 extends_documentation_fragment:
+  - nodewright.fleet.node
   - nodewright.fleet.k8s_auth
 attributes:
   check_mode:

@@ -50,11 +50,8 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - nodewright.fleet.attributes
   - nodewright.fleet.k8s_auth
-attributes:
-  check_mode:
-    support: full
-    description: Can run in check mode and return the changed status prediction without modifying the target.
 author:
   - NodeWright maintainers (@nodewright)
 """

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import yaml
@@ -101,8 +100,6 @@ class Fleet(object):
         return self.sim.core.read_node(node).metadata.labels or {}
 
 
-
-
 def waves_from_report(report):
     """Wave membership (sorted node names per wave) as the strategy recorded it."""
     waves = {}
@@ -146,15 +143,5 @@ def kill_tree(pid):
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def wait_until(predicate, timeout=120, interval=0.25, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for %s" % what)
 
 

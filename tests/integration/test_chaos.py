@@ -21,7 +21,8 @@ import time
 import pytest
 from kubernetes import watch
 
-from fleet_helpers import REPO, Fleet, kill_tree, wait_until
+from fleet_helpers import REPO, Fleet, kill_tree
+from k8s_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +88,7 @@ class Reboots(object):
 
     def __enter__(self):
         self._thread.start()
-        wait_until(lambda: all(self.boots.values()), what="the nodes' boot IDs")
+        wait_for(lambda: all(self.boots.values()), timeout=120, what="the nodes' boot IDs")
         return self
 
     def __exit__(self, *exc):
@@ -182,8 +183,8 @@ def test_random_crashes_never_repeat_a_step_or_a_reboot(sim, tmp_path):
             before = reboots.count()
             final = crash_and_rerun(fleet, res, rng, phase_kills, record)
             assert final.returncode == 0, (phase, seed, final.output[-4000:])
-            wait_until(lambda: all(fleet.sim.core.read_node(n).status.node_info.boot_id == reboots.boots[n][-1]
-                                   for n in fleet.nodes), what="the watch caught up")
+            wait_for(lambda: all(fleet.sim.core.read_node(n).status.node_info.boot_id == reboots.boots[n][-1]
+                                 for n in fleet.nodes), what="the watch caught up", timeout=120)
             assert_clean(fleet, res, version, before, reboots, phase)
     assert len(record) >= 10, "only %d kills landed (seed %d)" % (len(record), seed)
     print("chaos: %d kills at %s s; every node complete, 0 steps run twice, 0 extra reboots" % (len(record), record))
@@ -199,8 +200,8 @@ def test_the_api_server_restarting_mid_wave_fails_cleanly_and_the_rerun_complete
         "sleep 2", "sleep 8")
     fleet.create("NodeWright", res, body)
     proc = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, name="restart-first")
-    wait_until(lambda: all(fleet.node_labels(n).get("nodewright.io/status-%s" % res) == "in_progress"
-                           for n in fleet.nodes), what="nodes in progress", timeout=180)
+    wait_for(lambda: all(fleet.node_labels(n).get("nodewright.io/status-%s" % res) == "in_progress"
+                         for n in fleet.nodes), what="nodes in progress", timeout=180)
     took = sim.cluster.restart("kube-apiserver", down_seconds=3.0)
     first = fleet.finished(proc)
     # Either way: a clear end, never a success claimed for work not done.

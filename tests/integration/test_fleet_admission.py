@@ -15,7 +15,8 @@ import time
 import pytest
 from kubernetes import watch
 
-from fleet_helpers import Fleet, kill_tree, wait_until, waves_from_report
+from fleet_helpers import Fleet, kill_tree, waves_from_report
+from k8s_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -170,9 +171,9 @@ def test_a_killed_run_frees_its_reservations_after_their_lifetime(sim, tmp_path)
     res = slow_resource(fleet, fleet.nodes, fleet.policy, seconds=60)
     first = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res,
                         "-e", "nodewright_rollout_reservation_ttl=15", name="first")
-    wait_until(lambda: any(set(h.get("nodes") or {}) == set(fleet.nodes) for h in holders_now(sim).values()),
-               what="the first run's reservation", timeout=120)
-    wait_until(lambda: all(s == "in_progress" for s in statuses(fleet, res).values()), what="nodes in progress")
+    wait_for(lambda: any(set(h.get("nodes") or {}) == set(fleet.nodes) for h in holders_now(sim).values()),
+             what="the first run's reservation", timeout=120)
+    wait_for(lambda: all(s == "in_progress" for s in statuses(fleet, res).values()), timeout=120, what="nodes in progress")
     kill_tree(first.pid)
     killed_at = time.time()
     first.wait()
