@@ -26,9 +26,11 @@ import shlex
 import time
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import did_you_mean
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import (
     InProcessModule,
     full_argument_spec,
@@ -39,27 +41,16 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import marker
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_OPTIONS, get_api_client
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
+from ansible_collections.nodewright.fleet.plugins.modules import maintain as maintain_module
 
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
-PHASES = ("all", "take_out", "interrupt", "give_back", "fail")
 
 # option -> default; an option the task does not set falls back to the variable
 # ``safe_update_<option>`` (the safe_update role's variables), then to this default.
-DEFAULTS = {
-    "wait_timeout": 3600,
-    "drain_timeout": 600,
-    "drain_force": False,
-    "drain_delete_emptydir_data": False,
-    "drain_grace_period": None,
-    "drain_skip_namespaces": [],
-    "reboot_timeout": 900,
-    "health_conditions": [{"type": "Ready"}],
-    "health_labels": {},
-    "health_timeout": 300,
-    "validation_job": None,
-    "on_failure": "keep_cordoned",
-    "allow_controller_root": False,
-}
+DEFAULTS = {name: maintain_module.ARGUMENT_SPEC[name].get("default") for name in (
+    "wait_timeout", "drain_timeout", "drain_force", "drain_delete_emptydir_data", "drain_grace_period",
+    "drain_skip_namespaces", "reboot_timeout", "health_conditions", "health_labels", "health_timeout",
+    "validation_job", "on_failure", "allow_controller_root")}
 # drainConfig of a resource (desired_state's "drain") -> option
 DRAIN_KEYS = {"timeout": "drain_timeout", "force": "drain_force", "delete_emptydir_data": "drain_delete_emptydir_data",
               "grace_period": "drain_grace_period", "skip_namespaces": "drain_skip_namespaces"}
@@ -108,7 +99,7 @@ class ActionModule(ActionBase):
     # ------------------------------------------------------------------ settings
 
     def _setting(self, name, task_vars, resource_entry=None):
-        args = self._task.args
+        args = self._args
         if args.get(name) is not None:
             return args[name]
         var = "safe_update_" + name
@@ -120,6 +111,20 @@ class ActionModule(ActionBase):
             if option == name and resource_entry and (resource_entry.get("drain") or {}).get(key) is not None:
                 return resource_entry["drain"][key]
         return DEFAULTS.get(name)
+
+    def _option_problems(self, validated):
+        """The task's option problems, an unknown option with the nearest known name."""
+        known = full_argument_spec(maintain_module.ARGUMENT_SPEC)
+        problems = []
+        for error in validated.errors:
+            if isinstance(error, UnsupportedError):
+                for name in sorted(validated.unsupported_parameters or ()):
+                    name = name[0] if isinstance(name, tuple) else name
+                    hint = did_you_mean(name, known)
+                    problems.append("Unsupported parameters: %s%s" % (name, " (%s)" % hint if hint else ""))
+            else:
+                problems.append(str(error))
+        return problems or list(validated.error_messages)
 
     def _var(self, task_vars, name, default=None):
         if name not in task_vars:
@@ -136,11 +141,18 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
-        args = self._task.args
-        phase = args.get("phase") or "all"
-        if phase not in PHASES:
-            result.update(failed=True, msg="phase must be one of %s, got %r" % (", ".join(PHASES), phase))
+        # Every option checked (names, types, choices) before anything is read or changed;
+        # the task's own values, coerced, and nothing else: defaults come later, after the
+        # safe_update_ variables and the resource's drainConfig.
+        validated = ArgumentSpecValidator(full_argument_spec(maintain_module.ARGUMENT_SPEC)).validate(
+            dict(self._task.args))
+        if validated.error_messages:
+            result.update(failed=True, changed=False, msg="nodewright.fleet.maintain: %s (nothing was changed)"
+                          % "; ".join(self._option_problems(validated)))
             return result
+        self._args = args = {k: validated.validated_parameters[k] for k in self._task.args
+                             if validated.validated_parameters.get(k) is not None}
+        phase = args.get("phase") or "all"
         rollout_fact = self._var(task_vars, "nodewright_rollout", {}) or {}
         resource = args.get("resource") or rollout_fact.get("resource") or self._var(
             task_vars, "safe_update_resource") or "default"
@@ -209,11 +221,11 @@ class _Sequence(object):
         self.resource = resource
         self.entry = entry or {}
         self.check_mode = action._check_mode()
-        args = action._task.args
+        args = action._args
         self.auth = {k: args[k] for k in AUTH_OPTIONS if args.get(k) is not None}
         self.steps = []
         self.changed = False
-        self.took_out = _truthy(action._task.args.get("took_out") or False)
+        self.took_out = bool(args.get("took_out"))
         self.interrupted = False
         self.pending_state = {}
         self.packages_result = None
@@ -460,7 +472,7 @@ class _Sequence(object):
     def gate(self):
         params = {"taint_key": self.action._var(self.task_vars, "nodewright_taint_key",
                                                 markers.TAINT_RUNTIME_REQUIRED)}
-        resources = self.action._task.args.get("gate_resources")
+        resources = self.action._args.get("gate_resources")
         if resources is not None:
             params["resources"] = resources
         try:
@@ -507,7 +519,7 @@ class _Sequence(object):
 
     def fail_phase(self):
         """The safe_update role's rescue: mark a failure that happened in the user's tasks."""
-        args = self.action._task.args
+        args = self.action._args
         self.node.read()
         self.before_cordon = args.get("before_cordon") or self.before_cordon
         return self.failed(args.get("failed_step") or "unknown", {"msg": args.get("failure") or "unknown failure"})

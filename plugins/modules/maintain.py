@@ -191,9 +191,44 @@ failed_step:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import full_argument_spec
+
+# The action plugin validates a task's options against this spec before anything is
+# read or changed; the defaults apply only where neither the task nor a
+# ``safe_update_<option>`` variable nor the resource's drainConfig sets the option.
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    resource=dict(type="str"),
+    phase=dict(type="str", choices=["all", "take_out", "interrupt", "give_back", "fail"], default="all"),
+    packages=dict(type="list", elements="dict"),
+    disruptive=dict(type="bool"),
+    non_interruptible_selector=dict(type="raw"),
+    interrupt=dict(type="dict"),
+    host_root=dict(type="str"),
+    runtime_required=dict(type="bool"),
+    before_cordon=dict(type="str"),
+    took_out=dict(type="bool"),
+    failed_step=dict(type="str"),
+    failure=dict(type="str"),
+    gate_resources=dict(type="list", elements="dict"),
+    wait_timeout=dict(type="int", default=3600),
+    drain_timeout=dict(type="int", default=600),
+    drain_force=dict(type="bool", default=False),
+    drain_delete_emptydir_data=dict(type="bool", default=False),
+    drain_grace_period=dict(type="int"),
+    drain_skip_namespaces=dict(type="list", elements="str", default=[]),
+    reboot_timeout=dict(type="int", default=900),
+    health_conditions=dict(type="list", elements="dict", default=[{"type": "Ready"}]),
+    health_labels=dict(type="dict", default={}),
+    health_timeout=dict(type="int", default=300),
+    validation_job=dict(type="dict"),
+    on_failure=dict(type="str", choices=["keep_cordoned", "uncordon"], default="keep_cordoned"),
+    allow_controller_root=dict(type="bool", default=False),
+)
+
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=full_argument_spec(ARGUMENT_SPEC), supports_check_mode=True)
     module.fail_json(msg="nodewright.fleet.maintain runs on the controller (an action plugin); it cannot run as a "
                          "module on the host")
 

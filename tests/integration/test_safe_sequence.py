@@ -246,6 +246,26 @@ def test_bad_input_fails_before_anything_changes(sim, tmp_path, args, message):
     assert spec_and_metadata(sim, target) == before
 
 
+@pytest.mark.parametrize("args,words", [
+    ({"drain_timout": 30}, ["Unsupported parameters", "drain_timout", "drain_timeout"]),
+    ({"drain_timeout": "ten minutes"}, ["drain_timeout", "int"]),
+    ({"on_failure": "reboot"}, ["on_failure", "keep_cordoned, uncordon"]),
+    ({"phase": "takeout"}, ["phase", "take_out"]),
+])
+def test_maintain_refuses_bad_options_before_touching_the_node(sim, tmp_path, args, words):
+    target = sim.core.list_node(label_selector="nodepool=h100").items[0].metadata.name
+    before = spec_and_metadata(sim, target)
+    play = {"tasks": [{"name": "Maintain", "nodewright.fleet.maintain": dict(args, packages=[]),
+                       "ignore_errors": True}]}
+    proc = sim.playbook(tmp_path, play, hosts=[target])
+    res = host_result(proc, target, "Maintain")
+    assert res["failed"] and not res["changed"], res
+    for word in words:
+        assert word in res["msg"], res["msg"]
+    assert "nothing was changed" in res["msg"]
+    assert spec_and_metadata(sim, target) == before
+
+
 def test_a_failed_noop_package_says_the_node_was_never_cordoned(sim, tmp_path):
     (n1,) = sim.add_nodes("h200", 1)
     root = sim.host_root(n1)
