@@ -411,6 +411,8 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
     if only is not None:
         rollouts = [r for r in rollouts if r["name"] == only]
         blocked = [b for b in blocked if b["name"] == only]
+        # Other resources' conflicts among themselves do not concern a run of this one.
+        found = [c for c in found if only in c["resources"]]
     runnable = []
     for entry in rollouts:
         if entry["paused"] or entry["disabled"] or entry.get("deleting"):
