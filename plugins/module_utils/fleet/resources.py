@@ -67,7 +67,7 @@ PRIORITY_MAX = 2 ** 63 - 1
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
-# The same patterns appear in the CRDs; tests/unit/test_crds.py keeps them in step.
+# The same patterns appear in the CRDs; tests/unit/repo/test_crds.py keeps them in step.
 # Package names, versions and config keys are the package model's rules.
 PACKAGE_NAME_PATTERN = NAME_RE.pattern
 SEMVER_PATTERN = SEMVER_RE.pattern

@@ -71,7 +71,7 @@ from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files impo
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 SRC = os.path.join(REPO, "packages", "nvidia-tuning")
 PACKAGE = load_package(SRC)
 PROFILES = load_profiles()

@@ -23,7 +23,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner im
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 SKYHOOK_FIXTURES = os.path.join(REPO, "tests", "fixtures", "skyhook")
 
 

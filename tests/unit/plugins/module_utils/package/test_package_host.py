@@ -25,7 +25,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner im
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 SHELLSCRIPT = os.path.join(REPO, "packages", "shellscript")
 SKYHOOK_SHELLSCRIPT = os.path.join(REPO, "tests", "fixtures", "skyhook", "shellscript")
 

@@ -27,7 +27,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.model imp
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 SHIPPED = os.path.join(REPO, "packages")
 SKYHOOK_FIXTURES = os.path.join(REPO, "tests", "fixtures", "skyhook")
 SCHEMA = os.path.join(REPO, "docs", "schemas", "package.schema.json")

@@ -20,7 +20,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import marker
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 PACKAGES = [os.path.join(REPO, "packages")]
 SCRIPTS = {"apply.sh": "true", "apply_check.sh": "true"}
 

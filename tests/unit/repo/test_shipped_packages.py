@@ -20,7 +20,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner im
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SHIPPED = os.path.join(REPO, "packages")
 NOOP = {"type": "noop", "services": []}
 REBOOT = {"type": "reboot", "services": []}

@@ -27,7 +27,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner im
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SHELLSCRIPT = os.path.join(REPO, "packages", "shellscript")
 sys.path.insert(0, os.path.join(REPO, "cli"))
 from nodewright_cli import triage  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 COLLECTIONS = os.path.join(REPO, ".collections")
 
 

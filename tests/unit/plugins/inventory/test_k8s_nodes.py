@@ -21,7 +21,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 VARS = {
     "k8s_node": {
         "name": "h100-0003",

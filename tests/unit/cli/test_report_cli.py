@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 try:
     import nodewright_cli  # noqa: F401
 except ImportError:  # not installed into the virtualenv yet (make venv does it)

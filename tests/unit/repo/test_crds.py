@@ -29,7 +29,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
 
 pytestmark = pytest.mark.unit
 
-CRDS = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "crds"
+CRDS = pathlib.Path(__file__).resolve().parents[3] / "deploy" / "crds"
 
 
 def load(name):

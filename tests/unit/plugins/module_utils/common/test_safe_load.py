@@ -26,7 +26,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 
 
 def billion_laughs(levels=9, width=9, key="lol"):

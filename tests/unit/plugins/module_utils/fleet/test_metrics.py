@@ -17,7 +17,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metr
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 
 
 def test_render_and_parse_round_trip_with_escaping():

@@ -18,7 +18,7 @@ import yaml
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GALAXY = os.path.join(os.path.dirname(sys.executable), "ansible-galaxy")
 
 # What a user of the collection gets.

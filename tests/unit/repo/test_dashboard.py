@@ -18,7 +18,7 @@ from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_met
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DASHBOARD = os.path.join(REPO, "deploy", "grafana", "nodewright-dashboard.json")
 CHART_COPY = os.path.join(REPO, "deploy", "helm", "nodewright", "dashboards", "nodewright.json")
 # PromQL words that look like metric names in an expression.

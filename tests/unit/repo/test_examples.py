@@ -18,7 +18,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desi
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 PACKAGES = [os.path.join(REPO, "packages")]
 
 

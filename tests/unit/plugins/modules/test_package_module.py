@@ -23,7 +23,7 @@ from ansible_collections.nodewright.fleet.plugins.modules.package import _extrac
 
 pytestmark = pytest.mark.unit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
 
 

@@ -18,7 +18,7 @@ import yaml
 
 pytestmark = pytest.mark.unit
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def load(path):
