@@ -283,7 +283,7 @@ GB200_HOST = {"name": "gb200-0000", "arch": "arm64", "gpu_name": "NVIDIA GB200",
 
 def test_detect_apply_and_check_on_a_simulator_host_root(tmp_path, base_image):
     """The role's commands in a chroot of a simulator GB200 host root: the accelerator
-    from nvidia-smi, update-grub, daemon-reload; after the simulated reboot every
+    from nvidia-smi, update-grub, update-initramfs, daemon-reload; after the simulated reboot every
     setting reads back from the host (kernel, driver, systemd, cpufreq, GPUs), and a
     setting changed at run time is named."""
     from nodewright_sim import hostroot
@@ -292,8 +292,11 @@ def test_detect_apply_and_check_on_a_simulator_host_root(tmp_path, base_image):
     host.root = tmp_path / "gb200"
     hostroot.create(str(host.root), base_image, GB200_HOST)
     # The host's facts are read in the chroot too (no peer-memory provider on this host: DMA-BUF).
+    # update-initramfs too (the role's default): the simulated boot loads the driver
+    # with the options its initramfs carries, as a real one does.
     role_vars = {"nvidia_tuning_intent": "multiNodeTraining", "nvidia_tuning_update_bootloader": True,
-                 "nvidia_tuning_reload_systemd": True, "nvidia_tuning_read_host": True}
+                 "nvidia_tuning_update_initramfs": True, "nvidia_tuning_reload_systemd": True,
+                 "nvidia_tuning_read_host": True}
     rc, output, facts = host.run(role_vars)
     assert rc == 0, output
     assert facts["profile"]["accelerator"] == "gb200" and facts["profile"]["arch"] == "arm64"
