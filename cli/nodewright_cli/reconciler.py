@@ -41,6 +41,11 @@ run the rollout when there is new or changed work.
   longer the one its resource's status recorded (``nodeBootIds``) gets the drift check
   at once, with reapply, and the same pass applies the package again (it needs no
   interrupt there, so the node is not drained).
+
+Where the parts live: the pure decisions in ``reconcile_work``, the status and
+conditions a pass writes in ``reconcile_surface``, drift in ``reconcile_drift``,
+metrics in ``reconcile_metrics``, deletion and re-tainting in ``lifecycle``; this
+module holds the options, the watches, the caches, the passes and the runs.
 """
 
 from __future__ import annotations
@@ -56,24 +61,22 @@ import time
 from nodewright_cli import collection, runner, status
 from nodewright_cli.lifecycle import LifecycleMixin, record_uninstall_outcome
 from nodewright_cli.cluster import NODEWRIGHTS, POLICIES, GROUP, VERSION, NODES
+from nodewright_cli.reconcile_drift import DriftMixin
+from nodewright_cli.reconcile_metrics import MetricsMixin
+from nodewright_cli.reconcile_surface import SurfaceMixin
+from nodewright_cli.reconcile_work import name_of, relevant_change, rollout_limit, work_fingerprint, work_of
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_metrics
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_state import targeted_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import parse_label_selector
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package import reapplies_every_boot
 
 LOG = logging.getLogger("nodewright.reconcile")
 
 KINDS = ("nodes", "nodewrights", "deploymentpolicies")
 PATHS = {"nodes": NODES, "nodewrights": NODEWRIGHTS, "deploymentpolicies": POLICIES}
-OVERRIDES = ("blocked", "paused", "disabled")
 
 
 class Options(object):
@@ -104,95 +107,7 @@ class Options(object):
             setattr(self, key, value)
 
 
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name")
-
-
-def _ready(node):
-    return node_ops.is_ready(node)
-
-
-def node_fingerprint(node):
-    """What of a node matters for the work: labels, NodeWright's annotations, taints,
-    cordon and readiness - not the status heartbeats the kubelet writes."""
-    meta = node.get("metadata") or {}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(markers.PREFIX)}
-    spec = node.get("spec") or {}
-    return (tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted(annotations.items())),
-            repr(spec.get("taints")), bool(spec.get("unschedulable")), _ready(node))
-
-
-def object_fingerprint(obj):
-    """A NodeWright or DeploymentPolicy changes its work through its spec (generation) and
-    its annotations (pause, disable); status writes do not count."""
-    meta = obj.get("metadata") or {}
-    return (meta.get("generation"), tuple(sorted((meta.get("annotations") or {}).items())),
-            meta.get("deletionTimestamp"))
-
-
-def relevant_change(kind, old, new):
-    if old is None or new is None:
-        return True
-    if kind == "nodes":
-        return node_fingerprint(old) != node_fingerprint(new)
-    return object_fingerprint(old) != object_fingerprint(new)
-
-
-def work_of(view):
-    """``{resource: [nodes]}`` with work now: not paused, not disabled, minus the nodes
-    whose state annotation is malformed (they are reported, not touched)."""
-    malformed = set(view["malformed"])
-    work = {}
-    for _resource, described in view["rollouts"]:
-        if described["paused"] or described["disabled"]:
-            continue
-        nodes = [n for n in described["work"] if n not in malformed]
-        if nodes:
-            work[described["name"]] = nodes
-    return work
-
-
-def work_fingerprint(view, work, uninstalls=None):
-    generations = {d["name"]: d.get("generation") for _r, d in view["rollouts"]}
-    return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items())) + \
-        tuple(sorted(("uninstall", name, tuple(u["nodes"])) for name, u in (uninstalls or {}).items()))
-
-
-def boot_id(node):
-    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
-
-
-def rebooted_since_applied(view, nodes):
-    """``{node: [resource]}``: nodes that booted again since their resource's status
-    recorded them (``status.nodeBootIds``), for resources with a package whose OS
-    forgets its settings at every boot, where the node is complete (its record says
-    the settings are there, the host no longer has them)."""
-    by_name = {_name(n): n for n in nodes}
-    out = {}
-    for resource, described in view["rollouts"]:
-        if described["paused"] or described["disabled"]:
-            continue
-        if not any(reapplies_every_boot(spec) for spec in described.get("packages") or ()):
-            continue
-        recorded = (resource.get("status") or {}).get("nodeBootIds") or {}
-        for name in described["targets"]:
-            node = by_name.get(name)
-            before, now = recorded.get(name), boot_id(node or {})
-            if not node or not before or not now or before == now:
-                continue
-            if node_ops.read_state(node, described["name"]).get("status") == markers.STATUS_COMPLETE:
-                out.setdefault(name, []).append(described["name"])
-    return out
-
-
-def rollout_limit(malformed):
-    """An ansible --limit that keeps nodes with a malformed state out of the run."""
-    if not malformed:
-        return None
-    return ":".join(["localhost", "all"] + ["!%s" % n for n in sorted(malformed)])
-
-
-class Reconciler(LifecycleMixin):
+class Reconciler(LifecycleMixin, SurfaceMixin, DriftMixin, MetricsMixin):
     def __init__(self, cluster, options, run_playbook=runner.run_playbook):
         self.cluster = cluster
         self.opts = options
@@ -330,7 +245,7 @@ class Reconciler(LifecycleMixin):
 
     def _sync(self, kind, items):
         cache = self.caches[kind]
-        fresh = {_name(o): o for o in items if _name(o)}
+        fresh = {name_of(o): o for o in items if name_of(o)}
         first = kind not in self.synced
         for name, obj in fresh.items():
             old = cache.get(name)
@@ -348,7 +263,7 @@ class Reconciler(LifecycleMixin):
             self._taint_pending()
 
     def _event(self, kind, etype, obj):
-        name = _name(obj)
+        name = name_of(obj)
         cache = self.caches[kind]
         if etype == "DELETED":
             if cache.pop(name, None) is not None:
@@ -372,7 +287,7 @@ class Reconciler(LifecycleMixin):
     # --------------------------------------------------------------------- new nodes
     def _node_added(self, node):
         if "nodewrights" not in self.synced:
-            self.pending_new.add(_name(node))
+            self.pending_new.add(name_of(node))
             return
         self._auto_taint(node)
 
@@ -393,10 +308,10 @@ class Reconciler(LifecycleMixin):
             LOG.debug("not tainting: %s", why)
             return
         try:
-            gating.add_taint(self.cluster.core, _name(node), self.opts.taint_key, reason=why)
-            LOG.info("tainted %s with %s: %s", _name(node), self.opts.taint_key, why)
+            gating.add_taint(self.cluster.core, name_of(node), self.opts.taint_key, reason=why)
+            LOG.info("tainted %s with %s: %s", name_of(node), self.opts.taint_key, why)
         except NodeWrightError as exc:
-            LOG.error("could not taint new node %s: %s", _name(node), exc)
+            LOG.error("could not taint new node %s: %s", name_of(node), exc)
 
     # --------------------------------------------------------------------- a pass
     def due(self, now=None):
@@ -437,99 +352,6 @@ class Reconciler(LifecycleMixin):
         if self.reported.get(key) != text:
             self.reported[key] = text
             LOG.log(level, "%s", text)
-
-    def _surface_resources(self, view, nodes):
-        """Resources that cannot roll out say why in their status: blocked (a missing
-        policy, an invalid spec), paused, disabled. A resource that was so and no
-        longer is gets its derived status back."""
-        wanted = []
-        for resource, reason in view["blocked"]:
-            wanted.append((resource, "blocked", reason, None))
-            self._report_once(("blocked", _name(resource)), "NodeWright %s is blocked: %s" % (_name(resource), reason),
-                              logging.WARNING)
-        for resource, described in view["rollouts"]:
-            self.reported.pop(("blocked", described["name"]), None)
-            if described["paused"]:
-                wanted.append((resource, "paused", "paused (annotation %s=true): no node starts"
-                               % markers.ANNOTATION_PAUSE, described))
-            elif described["disabled"]:
-                wanted.append((resource, "disabled", "disabled (annotation %s=true): skipped"
-                               % markers.ANNOTATION_DISABLE, described))
-            elif ((resource.get("status") or {}).get("status")) in OVERRIDES:
-                wanted.append((resource, None, None, described))
-        for resource, override, message, described in wanted:
-            self._write_status(resource, override, message, nodes, described)
-
-    def _write_status(self, resource, override, message, nodes, described):
-        name = _name(resource)
-        current = resource.get("status") or {}
-        generation = (resource.get("metadata") or {}).get("generation")
-        if override and current.get("status") == override and current.get("message") == message \
-                and current.get("observedGeneration") == generation:
-            return
-        if described:
-            targets, packages = described["targets"], described["packages"]
-        else:
-            try:
-                targets = targeted_nodes(resource, nodes)
-            except NodeWrightError:
-                targets = []
-            packages = [{"name": k, "version": (v or {}).get("version", "?")} for k, v in
-                        sorted((((resource.get("spec") or {}).get("packages")) or {}).items())
-                        if isinstance(v, dict)]
-        new = compute_status(name, nodes, targets, packages, override=override, message=message,
-                             generation=generation, current=current)
-        before = {c.get("type"): c for c in current.get("conditions") or []}
-        for cond in new["conditions"]:
-            old = before.get(cond["type"])
-            if old and old.get("status") == cond["status"]:
-                cond["lastTransitionTime"] = old.get("lastTransitionTime", cond["lastTransitionTime"])
-        try:
-            self.cluster.patch_nodewright_status(name, new)
-            LOG.info("NodeWright %s status: %s%s", name, new["status"], (" (%s)" % message) if message else "")
-        except NodeWrightError as exc:
-            LOG.error("could not write the status of NodeWright %s: %s", name, exc)
-
-    def _surface_malformed(self, malformed, nodes):
-        """A hand-edited, malformed state annotation: the node gets the Erroring condition
-        and one Warning Event, and the rollout leaves it alone until it is fixed or reset."""
-        by_name = {_name(n): n for n in nodes}
-        for node_name, errors in sorted(malformed.items()):
-            node = by_name.get(node_name)
-            text = "; ".join("%s: %s" % (r, e) for r, e in sorted(errors.items()))
-            message = ("NodeWright leaves this node alone until its state is fixed or reset "
-                       "(nodewright reset %s --resource <name>): %s" % (node_name, text))
-            patch = node_ops.condition_patch(node, markers.CONDITION_ERRORING, "True", markers.REASON_MALFORMED_STATE,
-                                             message)
-            if patch is None:
-                continue
-            try:
-                self.cluster.patch_node_status(node_name, patch)
-                self.cluster.event(node_name, markers.EVENT_FAILED, message, "Warning")
-                LOG.warning("node %s: %s", node_name, message)
-            except NodeWrightError as exc:
-                LOG.error("could not mark node %s: %s", node_name, exc)
-
-    def _open_ready_gates(self, nodes, managed, busy):
-        """Tainted nodes that the rollout will not visit: open the gate when it is ready
-        (e.g. a node that was re-tainted, or finished before it was tainted), or say
-        why it stays closed. Only nodes a managed runtimeRequired resource targets; the
-        decision weighs every resource."""
-        resources = list(self.caches["nodewrights"].values())
-        for node in nodes:
-            name = _name(node)
-            if name in busy or not gating.has_taint(node, self.opts.taint_key) \
-                    or not gating.gating_resources(managed, node):
-                continue
-            decision = gating.decide(node, resources, self.opts.taint_key)
-            if decision["action"] != gating.OPEN and not gating.gate_condition(node, decision):
-                continue
-            try:
-                done = gating.enforce(self.cluster.core, name, resources, self.opts.taint_key)
-                if done["changed"]:
-                    LOG.info("node %s: %s", name, done["msg"])
-            except NodeWrightError as exc:
-                LOG.error("runtime gate of node %s: %s", name, exc)
 
     # --------------------------------------------------------------------- runs
     def _maybe_run(self, view, work, reasons, run_inline, uninstalls=None):
@@ -620,149 +442,6 @@ class Reconciler(LifecycleMixin):
         self.reported.pop("retry", None)
         self._dirty("the rollout finished")
 
-    # --------------------------------------------------------------------- a new boot
-    def _reapply_after_boot(self, view, nodes):
-        """Nodes that lost their settings with a reboot (``rebooted_since_applied``) get
-        the drift check with reapply; True when some package was marked. Each boot of a
-        node is checked once."""
-        if self.worker is not None and self.worker.is_alive():
-            return False
-        due = {}
-        for name, resources in rebooted_since_applied(view, nodes).items():
-            boot = boot_id(next(n for n in nodes if _name(n) == name))
-            if self.boot_checked.get(name) != boot:
-                self.boot_checked[name] = boot
-                due[name] = resources
-        if not due:
-            return False
-        LOG.info("booted again since their settings were applied (the OS forgets them at boot): %s",
-                 ", ".join("%s (%s)" % (n, ", ".join(r)) for n, r in sorted(due.items())))
-        found = self.drift_check(targets=due, reapply=True)
-        return any(items for per_resource in found.values() for items in per_resource.values())
-
-    # --------------------------------------------------------------------- drift
-    def drift_check(self, targets=None, reapply=None):
-        """Run the check stages on completed nodes (or ``targets``, ``{node:
-        [resource]}``); record Drift conditions, Events and metrics; with ``reapply``
-        (default: ``drift_reapply``) mark drifted packages for the next rollout."""
-        reapply = self.opts.drift_reapply if reapply is None else reapply
-        nodes = list(self.caches["nodes"].values())
-        by_name = {_name(n): n for n in nodes}
-        full = targets is None
-        if full:
-            targets = drift.check_targets(nodes, self.managed())
-        targets = {n: r for n, r in targets.items() if n in by_name
-                   and not gating.has_taint(by_name[n], self.opts.taint_key)
-                   and node_ops.cordon_state(by_name[n]) == "uncordoned"}
-        if not targets:
-            LOG.debug("drift check: no completed node to check")
-            return {}
-        LOG.info("drift check of %d node(s)", len(targets))
-        try:
-            result = self.run_playbook(collection.own_playbook("drift.yml"), "drift", self.inventory, self.workdir,
-                                       extravars={"nodewright_drift_targets": targets,
-                                                  "nodewright_drift_reapply": bool(reapply)},
-                                       limit=",".join(sorted(targets)), cancel=self._cancel_run,
-                                       keep_events=runner.is_drift_result)
-        except Exception as exc:  # noqa: BLE001
-            LOG.error("the drift check could not run: %s", exc)
-            self.run_metrics.inc("nodewright_runs_total", kind="drift", result="error")
-            return {}
-        found, errors = runner.drift_results(result.events)
-        if not result.success and not found:
-            LOG.error("the drift check %s (rc %s); its output is in %s", result.status, result.rc, result.artifacts)
-        nw_metrics.run_metrics(self.run_metrics, "drift", result.duration, result.success and not errors,
-                               result.finished, result.outcomes())
-        self.run_metrics.inc("nodewright_runs_total", kind="drift", result=result.status)
-        for node, text in sorted(errors.items()):
-            LOG.warning("drift check of %s could not run: %s", node, text)
-        counts = {}
-        for node_name, per_resource in sorted(found.items()):
-            node = by_name.get(node_name)
-            for resource, items in per_resource.items():
-                if items:
-                    counts[resource] = counts.get(resource, 0) + 1
-            self._record_drift(node, per_resource, reapply)
-        if full:
-            self.drift_counts = counts
-        return found
-
-    def _record_drift(self, node, per_resource, reapply=False):
-        name = _name(node)
-        cond = drift.condition(per_resource)
-        if cond["status"] == "False" and not drift.is_drifting(node):
-            return
-        patch = node_ops.condition_patch(node, cond["type"], cond["status"], cond["reason"], cond["message"])
-        try:
-            if patch:
-                self.cluster.patch_node_status(name, patch)
-                if cond["status"] == "True":
-                    self.cluster.event(name, markers.EVENT_DRIFT, cond["message"], "Warning")
-                    LOG.warning("node %s: %s", name, cond["message"])
-                else:
-                    self.cluster.event(name, markers.EVENT_DRIFT, "drift resolved: " + cond["message"])
-                    LOG.info("node %s: drift resolved", name)
-            if reapply and cond["status"] == "True":
-                for resource, items in sorted(per_resource.items()):
-                    if not items:
-                        continue
-                    state, marked = drift.reapply_state(node_ops.read_state(node, resource), items)
-                    patch = node_ops.state_patch(node, resource, status=markers.STATUS_IN_PROGRESS, state=state,
-                                                 merge=False)
-                    self.cluster.patch_node(name, patch)
-                    LOG.info("node %s: %s marked to be applied again (%s)", name, ", ".join(marked), resource)
-        except NodeWrightError as exc:
-            LOG.error("could not record drift on node %s: %s", name, exc)
-
-    # --------------------------------------------------------------------- metrics
-    def _update_metrics(self, view, nodes):
-        found = nw_metrics.MetricSet()
-        found.update(self.run_metrics)
-        found.set("nodewright_reconciler_ready", self.permission_ok)
-        found.set("nodewright_runtime_required_tainted_nodes",
-                  sum(1 for n in nodes if gating.has_taint(n, self.opts.taint_key)))
-        for resource, _reason in view["blocked"]:
-            found.set("nodewright_resource_status", 1, resource=_name(resource), status="blocked")
-        for resource, described in view["rollouts"]:
-            overall = "paused" if described["paused"] else "disabled" if described["disabled"] else \
-                ((resource.get("status") or {}).get("status") or "unknown")
-            try:
-                nw_metrics.resource_metrics(found, described, nodes, resource, overall)
-            except NodeWrightError as exc:
-                LOG.debug("metrics of %s: %s", described["name"], exc)
-            found.set("nodewright_drift_nodes", self.drift_counts.get(described["name"], 0),
-                      resource=described["name"])
-        self.metrics_text = found.render()
-
-    def serve_metrics(self):
-        """Serve /metrics (and /healthz) on the metrics port, in a daemon thread."""
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
-                if self.path.split("?")[0] == "/metrics":
-                    body, ctype = owner.metrics_text.encode(), "text/plain; version=0.0.4; charset=utf-8"
-                elif self.path.split("?")[0] in ("/healthz", "/readyz"):
-                    body, ctype = b"ok\n", "text/plain"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer((self.opts.metrics_address, self.opts.metrics_port), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="nodewright-metrics", daemon=True).start()
-        LOG.info("metrics on http://%s:%d/metrics", self.opts.metrics_address, server.server_address[1])
-        return server
-
     # --------------------------------------------------------------------- main loops
     def run_forever(self):
         """Until SIGTERM/SIGINT. Returns the exit status (0)."""
@@ -845,7 +524,7 @@ class Reconciler(LifecycleMixin):
 
     def _refresh_caches(self):
         for kind in KINDS:
-            self.caches[kind] = {_name(o): o for o in
+            self.caches[kind] = {name_of(o): o for o in
                                  self.cluster.list_raw(PATHS[kind], "list %s" % kind).get("items") or []}
 
 

@@ -94,7 +94,7 @@ def base_layer(log=print):
     if os.path.exists(out):
         return out
     if not shutil.which("debootstrap"):
-        from nodewright_sim.realnodes import install_packages
+        from nodewright_sim.realpreflight import install_packages
         install_packages()
     if not shutil.which("debootstrap"):
         raise SimulatorError("the reconciler image needs debootstrap: apt-get install debootstrap")

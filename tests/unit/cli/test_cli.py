@@ -20,7 +20,7 @@ try:
 except ImportError:  # not installed into the virtualenv yet (make venv does it)
     sys.path.insert(0, os.path.join(REPO, "cli"))
 
-from nodewright_cli import actions, cli, reconciler, runner, status  # noqa: E402
+from nodewright_cli import actions, cli, reconcile_work, reconciler, runner, status  # noqa: E402
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers  # noqa: E402
 
@@ -153,25 +153,25 @@ def test_kubelet_heartbeats_are_not_changes():
     beat = json.loads(json.dumps(old))
     beat["status"]["conditions"][0]["lastHeartbeatTime"] = "later"
     beat["metadata"]["annotations"]["other.io/x"] = "y"
-    assert not reconciler.relevant_change("nodes", old, beat)
+    assert not reconcile_work.relevant_change("nodes", old, beat)
     for change in ({"labels": {"pool": "cpu"}}, {"annotations": complete_state("r")}):
         new = json.loads(json.dumps(old))
         for key, value in change.items():
             new["metadata"][key].update(value)
-        assert reconciler.relevant_change("nodes", old, new)
+        assert reconcile_work.relevant_change("nodes", old, new)
     tainted = json.loads(json.dumps(old))
     tainted["spec"]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
-    assert reconciler.relevant_change("nodes", old, tainted)
-    assert reconciler.relevant_change("nodes", old, node("n", ready=False))
+    assert reconcile_work.relevant_change("nodes", old, tainted)
+    assert reconcile_work.relevant_change("nodes", old, node("n", ready=False))
 
 
 def test_status_writes_are_not_changes_of_a_resource():
     old = nodewright("r")
     written = dict(old, status={"status": "complete"})
-    assert not reconciler.relevant_change("nodewrights", old, written)
-    assert reconciler.relevant_change("nodewrights", old, nodewright("r", generation=2))
-    assert reconciler.relevant_change("nodewrights", old,
-                                      nodewright("r", annotations={markers.ANNOTATION_PAUSE: "true"}))
+    assert not reconcile_work.relevant_change("nodewrights", old, written)
+    assert reconcile_work.relevant_change("nodewrights", old, nodewright("r", generation=2))
+    assert reconcile_work.relevant_change("nodewrights", old,
+                                          nodewright("r", annotations={markers.ANNOTATION_PAUSE: "true"}))
 
 
 def test_work_leaves_out_paused_disabled_and_malformed():
@@ -181,11 +181,11 @@ def test_work_leaves_out_paused_disabled_and_malformed():
                          (None, {"name": "c", "paused": False, "disabled": True, "work": ["n1"], "generation": 1}),
                          (None, {"name": "d", "paused": False, "disabled": False, "work": ["n2"], "generation": 1})],
             "blocked": [], "malformed": {"n2": {"a": "malformed"}}}
-    work = reconciler.work_of(view)
+    work = reconcile_work.work_of(view)
     assert work == {"a": ["n1"]}
-    assert reconciler.work_fingerprint(view, work) == (("a", 3, ("n1",)),)
-    assert reconciler.rollout_limit(view["malformed"]) == "localhost:all:!n2"
-    assert reconciler.rollout_limit({}) is None
+    assert reconcile_work.work_fingerprint(view, work) == (("a", 3, ("n1",)),)
+    assert reconcile_work.rollout_limit(view["malformed"]) == "localhost:all:!n2"
+    assert reconcile_work.rollout_limit({}) is None
 
 
 def test_passes_wait_for_every_list_and_are_debounced(tmp_path):
@@ -224,14 +224,14 @@ def test_the_same_work_waits_for_the_retry_interval(tmp_path):
         "rollout", "failed", 2, 0, 1, {"n1": "failed"}, {"n1": "boom"}, None, [], "")
     view = {"rollouts": [(None, {"name": "a", "generation": 1, "work": ["n1"], "paused": False,
                                  "disabled": False})], "blocked": [], "malformed": {}}
-    work = reconciler.work_of(view)
+    work = reconcile_work.work_of(view)
     rec._maybe_run(view, work, [], run_inline=True)
     assert len(started) == 1 and rec.last_rollout["status"] == "failed"
     assert started[0]["extravars"]["nodewright_taint_key"] == markers.TAINT_RUNTIME_REQUIRED
     rec._maybe_run(view, work, [], run_inline=True)
     assert len(started) == 1 and rec.retry_at is not None
     view["rollouts"][0][1]["generation"] = 2  # an edited resource is new work
-    rec._maybe_run(view, reconciler.work_of(view), [], run_inline=True)
+    rec._maybe_run(view, reconcile_work.work_of(view), [], run_inline=True)
     assert len(started) == 2
 
 

@@ -262,7 +262,7 @@ def test_node_facts_carry_the_memory_and_the_gpu_operators_label():
 
 
 def test_the_reconciler_finds_the_nodes_that_booted_again_since_their_settings_were_applied():
-    from nodewright_cli.reconciler import rebooted_since_applied
+    from nodewright_cli.reconcile_work import rebooted_since_applied
 
     spec, _ = package_spec_for_nodes({"name": PACKAGE_NAME, "config": {"accelerator": "h100", "os": "cos"}}, [])
 
