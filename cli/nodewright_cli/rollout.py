@@ -60,6 +60,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     fetch_deployment_policy,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 130
 _HOSTS_HEADER = re.compile(r"^(\s*)hosts \((\d+)\):\s*$")
@@ -347,10 +348,16 @@ class WaveRunnerCli(object):
         report = {"version": 1, "started": started, "playbook": os.path.abspath(self.args.playbook),
                   "hosts": {}, "tasks": []}
         for one in hooks.reports:
+            # Each wave's playbook counts its timeline from its own start: the report
+            # counts every step from the rollout's start.
+            shift = float(one.get("started") or started) - started
             for host, entry in (one.get("hosts") or {}).items():
                 previous = report["hosts"].get(host)
                 if previous is None or entry.get("outcome") != "ok":
-                    report["hosts"][host] = dict(entry)
+                    entry = dict(entry)
+                    entry["timeline"] = [dict(step, start=round(float(step.get("start") or 0.0) + shift, 3))
+                                         for step in entry.get("timeline") or []]
+                    report["hosts"][host] = entry
             report["tasks"].extend(one.get("tasks") or [])
         rollout = record.to_dict(res.state)
         for host, where in rollout["assignment"].items():
@@ -366,6 +373,12 @@ class WaveRunnerCli(object):
         with open(tmp, "w") as fh:
             json.dump(report, fh, indent=2, sort_keys=True, default=str)
         os.replace(tmp, path)
+        # The page beside it, as the report callback writes one (NODEWRIGHT_REPORT_HTML=false: none).
+        if self.env.get("NODEWRIGHT_REPORT_HTML", "true").strip().lower() not in ("0", "false", "no", "off"):
+            page = report_html.html_path(path)
+            with open(page + ".tmp", "w") as fh:
+                fh.write(report_html.render(json.loads(json.dumps(report, default=str))))
+            os.replace(page + ".tmp", page)
 
 
 def cmd_rollout(args):

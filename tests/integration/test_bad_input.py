@@ -409,7 +409,8 @@ def test_plan_prints_the_plan_then_fails_on_a_blocked_resource_naming_every_prob
                     "packages": {"sysctl": {"version": "1.0.0", "dependsOn": {"kdump": "1.0.0", "none": "2.0.0"}}}}}
     skyhook = {"apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook", "metadata": {"name": "plan-sky"},
                "spec": {"nodeSelectors": {"matchLabels": {"x": "y"}}, "drainConfig": {"timeout": "1m"},
-                        "packages": {"sysctl": {"version": "1.0.0", "resources": {"cpuRequest": "1"}}}}}
+                        "packages": {"sysctl": {"version": "1.0.0", "resources": {"cpuRequest": "1"},
+                                                "gracefulShutdown": "30s"}}}}
     extra = tmp_path / "resources.json"
     extra.write_text(json.dumps({"nodewright_resources": [good, bad, skyhook]}))
     before = snapshot(sim, [n1, n2])
@@ -425,7 +426,7 @@ def test_plan_prints_the_plan_then_fails_on_a_blocked_resource_naming_every_prob
                  "spec.packages.sysctl.dependsOn.kdump: depends on package 'kdump'",
                  "spec.packages.sysctl.dependsOn.none: depends on package 'none'",
                  "spec.packages.sysctl.resources: has no NodeWright equivalent",
-                 "spec.drainConfig: has no NodeWright equivalent",
+                 "spec.packages.sysctl.gracefulShutdown: has no NodeWright equivalent",
                  "name it in the option skyhook_drop"):
         assert text in out, text
     assert "2 NodeWright resource(s) cannot be rolled out: plan-sky: 2 problems" in out
@@ -441,10 +442,12 @@ def test_plan_prints_the_plan_then_fails_on_a_blocked_resource_naming_every_prob
 def test_skyhook_drop_named_in_the_hint_is_a_real_option(sim, crds, nodes, tmp_path):
     skyhook = {"apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook", "metadata": {"name": "drop-sky"},
                "spec": {"nodeSelectors": {"matchLabels": {"x": "y"}}, "drainConfig": {"timeout": "1m"},
-                        "packages": {"sysctl": {"version": "1.0.0", "resources": {"cpuRequest": "1"}}}}}
+                        "packages": {"sysctl": {"version": "1.0.0", "resources": {"cpuRequest": "1"},
+                                                "gracefulShutdown": "30s"}}}}
     extra = tmp_path / "resources.json"
     extra.write_text(json.dumps({"nodewright_resources": [skyhook],
-                                 "nodewright_skyhook_drop": ["spec.drainConfig", "spec.packages.*.resources"]}))
+                                 "nodewright_skyhook_drop": ["spec.packages.*.gracefulShutdown",
+                                                             "spec.packages.*.resources"]}))
     proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", "plan.yml"),
                            "-e", "@%s" % extra], capture_output=True, text=True, env=sim.env(), cwd=str(tmp_path),
                           timeout=300)

@@ -41,6 +41,8 @@ echo "end $VERSION" >> $log
 rm -f /run/chaos.pid
 """
 CONFIG = 'echo "config $(cat "$NODEWRIGHT_CONFIG_DIR/setting")" >> /var/log/chaos.log\n'
+APPLY_CHECK = 'grep -qx "end $VERSION" /var/log/chaos.log\n'
+CONFIG_CHECK = 'grep -qx "config $(cat "$NODEWRIGHT_CONFIG_DIR/setting")" /var/log/chaos.log\n'
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +111,9 @@ def package_version(tmp_path, version):
 def spec(fleet, version, setting, source=None):
     package = {"version": version, "interrupt": {"type": "reboot"},
                "configInterrupts": {"setting": {"type": "reboot"}},
-               "configMap": {"apply.sh": APPLY.replace("$VERSION", version), "config.sh": CONFIG,
-                             "setting": setting}}
+               "configMap": {"apply.sh": APPLY.replace("$VERSION", version),
+                             "apply_check.sh": APPLY_CHECK.replace("$VERSION", version),
+                             "config.sh": CONFIG, "config_check.sh": CONFIG_CHECK, "setting": setting}}
     if source:
         package["source"] = source
     return {"nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}}, "deploymentPolicy": fleet.policy,

@@ -95,7 +95,9 @@ def slow_resource(fleet, nodes, policy, seconds=3, name=None):
         fleet.sim.core.patch_node(n, {"metadata": {"labels": {"admission-test": label}}})
     fleet.create("NodeWright", name, {
         "nodeSelectors": {"matchLabels": {"admission-test": label}}, "deploymentPolicy": policy,
-        "packages": {"shellscript": {"version": "1.0.0", "configMap": {"apply.sh": "sleep %d\n" % seconds}}}})
+        "packages": {"shellscript": {"version": "1.0.0", "configMap": {
+            "apply.sh": "sleep %d\ntouch /var/lib/%s-done\n" % (seconds, name),
+            "apply_check.sh": "test -e /var/lib/%s-done\n" % name}}}})
     fleet.resources.append(name)
     return name
 

@@ -353,10 +353,12 @@ def test_finished_pods_on_a_node_are_drained_without_delete_permission(sim, char
     (n1,) = sim.add_nodes("h100", 1)
     ns = sim.namespace("rbacdone")
     sim.fleet.create_training_job("done", run_for="1s", gpus=1, namespace=ns, node_name=n1)
-    wait_for(lambda: [p for p in sim.core.list_namespaced_pod(ns).items if p.status.phase == "Succeeded"],
-             what="the job's pod to finish")
+    # Finished, and counted by the Job controller (which then lifts the pod's tracking finalizer).
+    wait_for(lambda: [p for p in sim.core.list_namespaced_pod(ns).items if p.status.phase == "Succeeded"]
+             and (sim.fleet.batch.read_namespaced_job("done", ns).status.succeeded or 0) == 1,
+             timeout=120, what="the job's pod to finish")
     proc = sim.playbook(tmp_path, k8s_play(chart.kubeconfig, [
-        {"name": "Drain", "nodewright.fleet.node_drain": {"name": n1, "timeout": 20}}]), hosts=[n1])
+        {"name": "Drain", "nodewright.fleet.node_drain": {"name": n1, "timeout": 60}}]), hosts=[n1])
     assert proc.returncode == 0, host_result(proc, n1, "Drain")["msg"]
     assert not sim.core.list_namespaced_pod(ns).items
 

@@ -102,7 +102,8 @@ def test_the_report_page_shows_waves_steps_decisions_and_failures(sim, tmp_path,
         "podNonInterruptLabels": {"matchLabels": {"app.kubernetes.io/component": "training"}},
         "packages": {"shellscript": {"version": "1.0.0", "interrupt": {"type": "service", "services": ["containerd"]},
                                      "configMap": {"apply.sh": "[ ! -e /etc/report-fail ] || "
-                                                               "{ echo 'disk full on purpose' >&2; exit 3; }\n"}}}})
+                                                               "{ echo 'disk full on purpose' >&2; exit 3; }\n",
+                                                   "apply_check.sh": "test ! -e /etc/report-fail\n"}}}})
     waves = [sorted(w["nodes"]) for w in fleet.plan(res)["waves"]["waves"]]
     assert [len(w) for w in waves] == [1, 2, 2]
     bad = waves[1][0]

@@ -242,7 +242,8 @@ def test_a_resource_that_succeeds_never_clears_anothers_error_on_the_node(sim, t
     fleet.create("NodeWright", bad, {"nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
                                      "deploymentPolicy": policy, "packages": {"shellscript": {
                                          "version": "1.0.0", "interrupt": {"type": "service", "services": ["x"]},
-                                         "configMap": {"apply.sh": "echo broken >&2; exit 3\n"}}}})
+                                         "configMap": {"apply.sh": "echo broken >&2; exit 3\n",
+                                                       "apply_check.sh": "false\n"}}}})
     spec = sysctl_resource(fleet, policy)
     spec["packages"]["sysctl"]["configMap"] = {"vm.swappiness": "10"}
     fleet.create("NodeWright", good, spec)
