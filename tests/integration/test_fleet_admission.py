@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -201,16 +203,30 @@ def test_job_slices_hold_the_limits_and_report_one_status(sim, tmp_path):
     res = slow_resource(fleet, fleet.nodes, fleet.policy, seconds=2)
     env = sim.env()
     env.update({"ANSIBLE_DEPRECATION_WARNINGS": "false", "ANSIBLE_LOCALHOST_WARNING": "false"})
+    # As AWX slices a job: the inventory source synced once (ansible-inventory --list), its
+    # hosts ordered by name and dealt to the slices in turn; each slice runs with an
+    # inventory script that prints its own hosts, as AWX gives each job.
+    synced = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-inventory"), "-i",
+                             str(tmp_path / "fleet.k8s_nodes.yml"), "--list"], capture_output=True, text=True,
+                            env=env, check=True)
+    meta = json.loads(synced.stdout)["_meta"]
+    ordered = sorted(fleet.nodes)
     runs = []
     with DisruptionWatch(sim, fleet.nodes) as watcher:
         for i in range(3):
             private = tmp_path / ("slice%d" % i)
             private.mkdir()
+            hosts = ordered[i::3]
+            inventory = private / "slice-inventory"
+            inventory.write_text("#!/bin/sh\ncat <<'EOF'\n%s\nEOF\n" % json.dumps({
+                "all": {"hosts": hosts}, "_meta": dict(meta, hostvars={h: meta["hostvars"][h] for h in hosts})}))
+            inventory.chmod(0o755)
             thread, runner = ansible_runner.run_async(
                 private_data_dir=str(private), playbook=os.path.join(fleet_repo(), "playbooks", "rollout.yml"),
-                inventory=str(tmp_path / "fleet.k8s_nodes.yml"), limit=",".join(fleet.nodes[2 * i:2 * i + 2]),
-                extravars={"nodewright_resource": res},
-                envvars={k: v for k, v in env.items() if k.startswith(("ANSIBLE_", "KUBECONFIG"))},
+                inventory=str(inventory), extravars={"nodewright_resource": res},
+                envvars=dict({k: v for k, v in env.items() if k.startswith(("ANSIBLE_", "KUBECONFIG"))},
+                             # An execution environment has ansible-playbook on PATH; here the virtualenv's.
+                             PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")),
                 quiet=True)
             runs.append((thread, runner))
         for thread, _ in runs:

@@ -278,6 +278,16 @@ def nvidia_tuning_specs(specs, nodes, cache=None):
     return out, per_node
 
 
+def has_work(specs, node, resource_name, desired=None, cache=None):
+    """Whether ``node`` still has work for the resource's packages ``specs``, judged from
+    its markers as they are now: what its plan would run, or a sequence left unfinished.
+    (A node another run has finished since this run planned has none.)"""
+    if node_state.unreadable(node, resource_name):
+        return True
+    return bool(node_plan(specs, node, resource_name, desired=desired, cache=cache)["changed"]
+                or _unfinished(node, resource_name))
+
+
 def _unfinished(node, resource_name):
     labels = (node.get("metadata") or {}).get("labels") or {}
     return labels.get(markers.status_label(resource_name)) in (

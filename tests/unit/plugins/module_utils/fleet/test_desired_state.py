@@ -170,3 +170,17 @@ def test_the_status_records_node_priority_ready_and_non_interrupt_pods():
     ready = compute_status("tuning", [copy.deepcopy(nodes[1])], ["n2"], [])
     conditions = {c["type"]: c for c in ready["conditions"]}
     assert conditions["Ready"]["status"] == "True" and conditions["NonInterruptPodsRunning"]["status"] == "False"
+
+
+def test_has_work_judges_a_node_from_its_markers_as_they_are_now():
+    # What a job slice asks of a node another slice rolls out: new, finished, mid-sequence.
+    specs = describe(nodewright(), [node("n1")])["packages"]
+    done = {markers.status_label("tuning"): markers.STATUS_COMPLETE}
+    fresh = node("n1")
+    finished = node("n1", labels=done, annotations={markers.state_annotation("tuning"): complete_state()})
+    older = node("n1", labels=done, annotations={markers.state_annotation("tuning"): complete_state("0.9.0")})
+    midway = node("n1", labels={markers.status_label("tuning"): markers.STATUS_IN_PROGRESS},
+                  annotations={markers.state_annotation("tuning"): complete_state()})
+    unreadable = node("n1", annotations={markers.state_annotation("tuning"): "{hand edited"})
+    assert [desired_state.has_work(specs, n, "tuning") for n in (fresh, finished, older, midway, unreadable)] == [
+        True, False, True, True, True]
