@@ -39,6 +39,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_OPTIONS, get_api_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
 from ansible_collections.nodewright.fleet.plugins.modules import maintain as maintain_module
@@ -230,6 +231,7 @@ class _Sequence(object):
         self.pending_state = {}
         self.packages_result = None
         self.before_cordon = args.get("before_cordon")
+        self.left_cordoned = False
         plan = (self.entry.get("nodes") or {}).get(node) or {}
         disruptive = args.get("disruptive")
         if disruptive is None:
@@ -322,6 +324,11 @@ class _Sequence(object):
     def start(self):
         node = self.step("Read the node before maintenance", self.read)
         self.before_cordon = node["cordon"]
+        # Cordoned by this resource's own earlier run that never finished (a crash between
+        # its cordon and its uncordon): this run returns the node to work, whatever its plan.
+        record = node_ops.cordon_record(self.node.node) or {}
+        self.left_cordoned = self.before_cordon == "cordoned_by_nodewright" and \
+            record.get("resource") in (None, self.resource)
         if self.before_cordon != "cordoned_by_nodewright":
             self.step("Check the node is healthy before touching it", self.pre_health)
         state = self.node.state(self.resource)
@@ -457,7 +464,7 @@ class _Sequence(object):
         return fn()
 
     def give_back(self):
-        if self.took_out or self.interrupted:
+        if self.took_out or self.interrupted or self.left_cordoned:
             self.step("Check the health gates before the node returns to work", lambda: self.module(
                 "node_health", phase="post", conditions=self.opt["health_conditions"],
                 labels=self.opt["health_labels"], validation_job=self.opt["validation_job"] or None,

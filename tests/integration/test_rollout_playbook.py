@@ -366,3 +366,23 @@ def test_a_reboot_reapplies_the_packages_when_asked(sim, tmp_path):
     assert open(os.path.join(root, "var/lib/again-runs")).read() == "run\nrun\n", "applied again after the reboot"
     assert open(os.path.join(root, "var/lib/once-runs")).read() == "run\n"
     assert fleet.plan(asked)["nodes"][n1]["actions"] == {"shellscript": "none"}, "once per reboot"
+
+
+def test_a_node_left_cordoned_by_a_crashed_run_of_the_resource_returns_to_work(sim, tmp_path):
+    # A run killed between its cordon and its uncordon leaves the node cordoned by NodeWright
+    # for this resource and in progress: the rerun finishes it and uncordons it, even when
+    # what is left to do disrupts nothing.
+    from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops
+    fleet = Fleet(sim, tmp_path, [("h200", 1)])
+    (node,) = fleet.nodes
+    res = "resume-" + fleet.label
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/resume-test\n",
+                                                        "apply_check.sh": "test -s /etc/resume-test\n"}))
+    crashed = ops.cordon_patch("cordon", reason="NodeWright %s" % res, resource=res)
+    crashed["metadata"]["labels"] = {"nodewright.io/status-%s" % res: "in_progress"}
+    sim.core.patch_node(node, crashed)
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert fleet.node_labels(node)["nodewright.io/status-%s" % res] == "complete"
+    assert not sim.core.read_node(node).spec.unschedulable, "returned to work"
+    assert "nodewright.io/cordoned-by" not in (sim.core.read_node(node).metadata.annotations or {})
