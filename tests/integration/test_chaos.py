@@ -36,7 +36,7 @@ if [ -f /run/chaos.pid ] && kill -0 "$(cat /run/chaos.pid)" 2>/dev/null; then
 fi
 echo $$ > /run/chaos.pid
 echo "start $VERSION" >> $log
-sleep 2
+sleep 5
 echo "end $VERSION" >> $log
 rm -f /run/chaos.pid
 """
@@ -111,8 +111,12 @@ def package_version(tmp_path, version):
 def spec(fleet, version, setting, source=None):
     package = {"version": version, "interrupt": {"type": "reboot"},
                "configInterrupts": {"setting": {"type": "reboot"}},
+               # An upgrade runs the upgrade stage (Skyhook's order: upgrade, then config):
+               # the same once-per-version step as the first apply.
                "configMap": {"apply.sh": APPLY.replace("$VERSION", version),
                              "apply_check.sh": APPLY_CHECK.replace("$VERSION", version),
+                             "upgrade.sh": APPLY.replace("$VERSION", version),
+                             "upgrade_check.sh": APPLY_CHECK.replace("$VERSION", version),
                              "config.sh": CONFIG, "config_check.sh": CONFIG_CHECK, "setting": setting}}
     if source:
         package["source"] = source
@@ -134,7 +138,7 @@ def crash_and_rerun(fleet, res, rng, kills, record):
         attempts += 1
         proc = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, "-e",
                            "nodewright_rollout_reservation_ttl=15", name="chaos-%d-%d" % (len(record), attempts))
-        delay = rng.uniform(1.0, 14.0)
+        delay = rng.uniform(1.0, 10.0)
         deadline = time.time() + delay
         while time.time() < deadline and proc.poll() is None:
             time.sleep(0.1)
@@ -200,7 +204,7 @@ def test_the_api_server_restarting_mid_wave_fails_cleanly_and_the_rerun_complete
     res = "restart-" + fleet.label
     body = spec(fleet, "1.0.0", "x")
     body["packages"]["shellscript"]["configMap"]["apply.sh"] = APPLY.replace("$VERSION", "1.0.0").replace(
-        "sleep 2", "sleep 8")
+        "sleep 5", "sleep 8")
     fleet.create("NodeWright", res, body)
     proc = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, name="restart-first")
     wait_for(lambda: all(fleet.node_labels(n).get("nodewright.io/status-%s" % res) == "in_progress"
