@@ -19,7 +19,8 @@ which the tools run one after the other, their order rotating between runs (thei
 marks do not overlap). Per tool run: wall time, CPU seconds of the process and every
 descendant it reaped (``os.wait4`` rusage: user + system), the peak resident memory of
 the process tree (sampled every 0.5 s) and whether every node was done. Each result is
-appended to --jsonl as it comes; the table (medians) is written to --out.
+appended to --jsonl as it comes; the table of medians is printed at the end (and
+written to --out).
 
     python bench/scale_bench.py --sizes 100 300 1000 --runs 2
     python bench/scale_bench.py --sizes 1000 --tools nodewright floor --runs 2
@@ -210,7 +211,7 @@ def main():
     ap.add_argument("--forks", type=int, default=25)
     ap.add_argument("--name", default="bench-scale", help="simulator name")
     ap.add_argument("--jsonl", default=os.path.join(HERE, "results", "scale.jsonl"))
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "scale-table.md"))
+    ap.add_argument("--out", help="also write the table (medians) to this file")
     ap.add_argument("--render", action="store_true", help="only write the table from --jsonl")
     args = ap.parse_args()
     if not args.render:
