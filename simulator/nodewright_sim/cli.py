@@ -16,7 +16,7 @@ import sys
 import time
 
 from nodewright_sim import hostroot
-from nodewright_sim.cluster import Cluster, SimulatorError
+from nodewright_sim.cluster import KUBELET_LEASE_SECONDS, Cluster, SimulatorError, heartbeat_settings
 from nodewright_sim.fleet import GPUS, PROFILES, Fleet, create_fleet, profile_names
 from nodewright_sim.realnodes import RealNodes, preflight
 
@@ -56,7 +56,9 @@ def cmd_up(args):
     if args.real_nodes:
         preflight(cluster.dir)  # before anything starts: a machine that cannot run them changes nothing
     t0 = time.time()
-    state = cluster.up(apiserver_port=args.port, reboot_delay=args.reboot_delay, kubelet_access=bool(args.real_nodes))
+    nodes = args.nodes if args.nodes is not None else PROFILES[args.profile]["nodes"]
+    state = cluster.up(apiserver_port=args.port, reboot_delay=args.reboot_delay, kubelet_access=bool(args.real_nodes),
+                       fleet_size=max(nodes, args.max_nodes or 0))
     t1 = time.time()
     try:
         result = create_fleet(cluster, args.profile, args.nodes, wait=not args.no_wait, timeout=args.timeout)
@@ -149,9 +151,18 @@ def cmd_add_nodes(args):
     _require_running(cluster)
     if not args.no_host_root:
         hostroot.check_prerequisites()
-    names = Fleet(cluster).add_nodes(args.pool, args.count, taints=[_parse_taint(t) for t in args.taint or []],
-                                     host_roots=not args.no_host_root, managed=not args.unmanaged)
+    fleet = Fleet(cluster)
+    names = fleet.add_nodes(args.pool, args.count, taints=[_parse_taint(t) for t in args.taint or []],
+                            host_roots=not args.no_host_root, managed=not args.unmanaged)
     print("\n".join(names))
+    lease = (cluster.load() or {}).get("node_lease_seconds", KUBELET_LEASE_SECONDS)
+    if not args.unmanaged and len(names) > 100:
+        total = len(fleet.node_names("type=kwok"))
+        if heartbeat_settings(total)[0] > lease:
+            print("nodewright-sim: warning: %d nodes now renew their Leases every %d s, about %d writes a second; "
+                  "on a small machine they may flap between Ready and Unknown. For a fleet this size start the "
+                  "simulator with `up --max-nodes %d`." % (total, lease // 4, total * 4 // lease, total),
+                  file=sys.stderr)
 
 
 def cmd_host_root(args):
@@ -187,6 +198,9 @@ def build_parser():
                     help="nodes run by a real kubelet and containerd beside the kwok fleet (default 0; needs root)")
     up.add_argument("--real-pool", default="h100", choices=sorted(GPUS),
                     help="GPU pool of the real nodes (labels, GPU capacity; default h100)")
+    up.add_argument("--max-nodes", type=int,
+                    help="the most nodes this simulator will have, add-nodes included (default: --nodes); "
+                         "a fleet of more than 500 renews its nodes' Leases less often")
     up.add_argument("--port", type=int, help="kube-apiserver port (default: a free one)")
     up.add_argument("--reboot-delay", type=float, default=3.0, help="seconds a simulated reboot takes")
     up.add_argument("--timeout", type=int, default=300, help="seconds to wait for the fleet to be ready")

@@ -36,6 +36,23 @@ class SimulatorError(RuntimeError):
     """A simulator operation failed; the message says what to do."""
 
 
+# kwok renews a node's Lease every quarter of its duration; the node lifecycle
+# controller marks a node Unknown when no renewal came for its grace period.
+LEASE_RENEWALS_PER_SECOND = 50
+KUBELET_LEASE_SECONDS = 40
+
+
+def heartbeat_settings(fleet_size):
+    """(node lease seconds, node-monitor grace seconds) for a fleet of ``fleet_size``
+    kwok nodes. Up to 500 nodes a kubelet's: renewed every 10 s, Unknown after 20 s
+    without. A larger fleet renews less often, so that all its renewals together stay
+    about LEASE_RENEWALS_PER_SECOND (5,000 nodes renewing every 10 s write 500 Leases a
+    second, which is more than a small machine's API server keeps up with: nodes then
+    flap between Ready and Unknown); the grace stays twice the renewal interval."""
+    renew = max(KUBELET_LEASE_SECONDS // 4, -(-int(fleet_size or 0) // LEASE_RENEWALS_PER_SECOND))
+    return 4 * renew, 2 * renew
+
+
 def cache_dir():
     return os.environ.get("NODEWRIGHT_CACHE") or os.path.expanduser("~/.cache/nodewright")
 
@@ -138,28 +155,34 @@ class Cluster(object):
         return any(pid_alive(p) for p in state.get("pids", {}).values())
 
     # --- start -------------------------------------------------------------
-    def up(self, apiserver_port=None, wait_timeout=120, node_grace_seconds=20, eviction_seconds=30,
-           reboot_delay=3.0, kubelet_access=False):
+    def up(self, apiserver_port=None, wait_timeout=120, node_grace_seconds=None, eviction_seconds=30,
+           reboot_delay=3.0, kubelet_access=False, fleet_size=0):
+        """``fleet_size``: the most kwok nodes this simulator will have; it sets how often
+        they renew their Leases (``heartbeat_settings``). ``node_grace_seconds``: the
+        node lifecycle controller's grace period, when not the one that goes with it."""
         if self.running():
             raise SimulatorError("simulator %r is already running (kubeconfig %s); run `nodewright-sim down"
                                  "%s` first, or use another --name" % (
                                      self.name, self.kubeconfig, "" if self.name == "default" else
                                      " --name " + self.name))
         if os.path.exists(self.dir):
-            shutil.rmtree(self.dir)  # left over by a crash: nothing of it is alive
+            self._remove_dir(strict=True)  # left over by a crash: nothing of it is alive
         if apiserver_port and port_in_use(apiserver_port):
             raise SimulatorError("port %d is already in use on 127.0.0.1; choose another --port or leave it "
                                  "out to pick a free one" % apiserver_port)
         versions = check_binaries()
         os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
+        lease_seconds, grace = heartbeat_settings(fleet_size)
         state = {"name": self.name, "pids": {}, "versions": versions, "reboot_delay": reboot_delay,
-                 "started": time.time(), "kubelet_access": kubelet_access}
+                 "started": time.time(), "kubelet_access": kubelet_access, "fleet_size": int(fleet_size or 0),
+                 "node_lease_seconds": lease_seconds,
+                 "node_grace_seconds": grace if node_grace_seconds is None else node_grace_seconds}
         try:
-            self._start(state, apiserver_port, wait_timeout, node_grace_seconds, eviction_seconds)
+            self._start(state, apiserver_port, wait_timeout, state["node_grace_seconds"], eviction_seconds)
         except BaseException as exc:
             logs = self._log_tails(state)
             self._stop_pids(state)
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self._remove_dir()
             if isinstance(exc, SimulatorError):
                 raise SimulatorError("%s%s" % (exc, logs))
             raise
@@ -235,6 +258,11 @@ class Cluster(object):
             "--default-unreachable-toleration-seconds=%d" % eviction_seconds,
             "--max-requests-inflight=1600", "--max-mutating-requests-inflight=800",
             "--enable-priority-and-fairness=false",
+            # Nodes register Ready (fleet.node_manifest), so the not-ready taint this plugin
+            # puts on every new node would only cost the node lifecycle controller a read
+            # and a write per node to lift (minutes at 5,000 nodes); a node that goes
+            # NotReady later is tainted by that controller as in any cluster.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--profiling=false", "--v=0"] + ([
                 # Real kubelets (realnodes.py): exec and logs go to their node IPs, with a client
                 # certificate, and their serving certificates are checked against the CA.
@@ -271,7 +299,8 @@ class Cluster(object):
             "--config", os.path.join(HERE, "kwok-stages.yaml"),
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1",
+            "--node-lease-duration-seconds=%d" % state["node_lease_seconds"], "--cidr=10.244.0.0/16",
+            "--node-ip=10.240.0.1",
             "--server-address=127.0.0.1:%d" % ports["kwok"], "--tls-cert-file", p + "apiserver.crt",
             "--tls-private-key-file", p + "apiserver.key"])
         self._spawn(state, "supervisor", [sys.executable, "-m", "nodewright_sim.supervisor", d])
@@ -375,15 +404,21 @@ class Cluster(object):
         state = self.load()
         if state is None:
             if os.path.exists(self.dir):
-                shutil.rmtree(self.dir, ignore_errors=True)
+                self._remove_dir()
             return False
         if state.get("real_nodes") or state.get("realnet"):
             from nodewright_sim.realnodes import RealNodes
             RealNodes(self).down(state)
         self._stop_pids(state)
         if not keep:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self._remove_dir()
         return True
+
+    def _remove_dir(self, strict=False):
+        """Remove the state directory, the node host roots' overlay mounts first."""
+        from nodewright_sim import hostroot
+        hostroot.unmount_under(self.dir)
+        shutil.rmtree(self.dir, ignore_errors=not strict)
 
     def status(self):
         state = self.load()
@@ -392,7 +427,9 @@ class Cluster(object):
         procs = {n: {"pid": p, "alive": pid_alive(p)} for n, p in state.get("pids", {}).items()}
         out = {"name": self.name, "running": all(v["alive"] for v in procs.values()),
                "server": state.get("server"), "kubeconfig": self.kubeconfig, "processes": procs,
-               "versions": state.get("versions"), "nodes": len(state.get("nodes", {}))}
+               "versions": state.get("versions"), "nodes": len(state.get("nodes", {})),
+               "node_lease_seconds": state.get("node_lease_seconds", KUBELET_LEASE_SECONDS),
+               "node_grace_seconds": state.get("node_grace_seconds")}
         if state.get("real_nodes"):
             from nodewright_sim.realnodes import RealNodes
             out["real_nodes"] = RealNodes(self).status()

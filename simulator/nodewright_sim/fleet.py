@@ -5,6 +5,10 @@ Jobs standing for training runs, standalone pods)."""
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
+import fcntl
+import hashlib
+import json
 import os
 import time
 import uuid
@@ -57,6 +61,17 @@ GPU_OPERATOR_NAMESPACE = "gpu-operator"
 OS_IMAGES = {"ubuntu": "Ubuntu 24.04.1 LTS", "cos": "Container-Optimized OS from Google"}
 
 ZONES = ("zone-a", "zone-b", "zone-c")
+
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# What kwok reports for a node it plays (its NodeConditions and --node-ip, cluster.py).
+KWOK_NODE_IP = "10.240.0.1"
+NODE_CONDITIONS = (
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("NetworkUnavailable", "False", "RouteCreated", "RouteController created a route"),
+)
 NON_INTERRUPTIBLE_LABEL = ("app.kubernetes.io/component", "training")
 
 
@@ -116,7 +131,7 @@ def node_manifest(name, pool, index, boot_id, k8s_version, root=None, managed=Tr
         annotations["sim.nodewright.io/host-root"] = root
     capacity = {"cpu": g["cpu"], "memory": g["mem"], "pods": "110", "ephemeral-storage": "7Ti",
                 "nvidia.com/gpu": str(g["count"])}
-    return {
+    body = {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {},
@@ -129,6 +144,18 @@ def node_manifest(name, pool, index, boot_id, k8s_version, root=None, managed=Tr
                          "systemUUID": str(uuid.uuid4())},
         },
     }
+    if managed:
+        # Registered Ready, with the status kwok's node-initialize stage would write next
+        # (kwok-stages.yaml): at fleet size that write per node is a good part of the
+        # control plane's work. kwok plays the node from then on (Lease, heartbeats,
+        # power off and on).
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body["status"].update({
+            "conditions": [{"lastHeartbeatTime": now, "lastTransitionTime": now, "type": t, "status": st,
+                            "reason": reason, "message": message} for t, st, reason, message in NODE_CONDITIONS],
+            "addresses": [{"address": KWOK_NODE_IP, "type": "InternalIP"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}, "phase": "Running"})
+    return body
 
 
 class Fleet(object):
@@ -153,12 +180,18 @@ class Fleet(object):
         v = (state.get("versions") or {}).get("kube-apiserver", "")
         return v.split()[-1] if v.startswith("Kubernetes") else K8S_VERSION_FALLBACK
 
+    def node_names(self, label_selector=None):
+        """Names of the nodes (metadata only: cheap at fleet size)."""
+        resp = self.core.list_node(label_selector=label_selector, _preload_content=False, _headers={
+            "Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
+        return [item["metadata"]["name"] for item in json.loads(resp.data).get("items") or []]
+
     def existing_indices(self, pool):
         prefix = pool + "-"
-        names = [n.metadata.name for n in self.core.list_node(label_selector="nodepool=%s" % pool).items]
+        names = self.node_names("nodepool=%s" % pool)
         return {int(n[len(prefix):]) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()}
 
-    def add_nodes(self, pool, count, taints=(), host_roots=True, managed=True, workers=8, infiniband=None,
+    def add_nodes(self, pool, count, taints=(), host_roots=True, managed=True, workers=16, infiniband=None,
                   gpu_operator_driver=False, os_id="ubuntu"):
         """``infiniband``: hosts with InfiniBand and MLNX_OFED (default: the pool's,
         ``INFINIBAND``). ``gpu_operator_driver``: the GPU Operator's driver DaemonSet runs
@@ -181,18 +214,23 @@ class Fleet(object):
         version = self._k8s_version()
         g = GPUS[pool]
 
+        def facts(name):
+            return {"name": name, "arch": g["arch"], "gpu_name": g["smi"],
+                    "compute_cap": "%s.%s" % (g["major"], g["minor"]), "gpu_count": g["count"],
+                    "gpu_memory_mib": g["memory"], "memory_mib": memory_mib(g["mem"]),
+                    "nvswitch_count": g.get("nvswitches", 0),
+                    "memory_kib": memory_kib(g["mem"]), "os_id": os_id,
+                    "mofed": (pool in INFINIBAND if infiniband is None else infiniband) and os_id != "cos"}
+
+        # Nodes of one pool boot to the same state: one template is booted, then copied per node.
+        template = self.template(facts(hostroot.TEMPLATE_NAME)) if host_roots and count else None
+
         def make(index):
             name = "%s-%04d" % (pool, index)
             root = None
             if host_roots:
                 root = self.host_root(name)
-                boot_id = hostroot.create(root, self.base, {
-                    "name": name, "arch": g["arch"], "gpu_name": g["smi"],
-                    "compute_cap": "%s.%s" % (g["major"], g["minor"]), "gpu_count": g["count"],
-                    "gpu_memory_mib": g["memory"], "memory_mib": memory_mib(g["mem"]),
-                    "nvswitch_count": g.get("nvswitches", 0),
-                    "memory_kib": memory_kib(g["mem"]), "os_id": os_id,
-                    "mofed": (pool in INFINIBAND if infiniband is None else infiniband) and os_id != "cos"})
+                boot_id = template.clone(root, name)
             else:
                 boot_id = str(uuid.uuid4())
             body = node_manifest(name, pool, index, boot_id, version, root, managed)
@@ -204,13 +242,32 @@ class Fleet(object):
                 body["metadata"]["labels"]["cloud.google.com/gke-os-distribution"] = "cos"
             if taints:
                 body["spec"]["taints"] = [dict(t) for t in taints]
-            self.core.create_node(body)
+            # The response is not read into the client's models: at fleet size that costs
+            # more than the request itself.
+            resp = self.core.create_node(body, _preload_content=False)
+            resp.read()
+            resp.release_conn()
             return name
 
         if gpu_operator_driver:
             self.ensure_gpu_operator_driver()
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool_exec:
             return list(pool_exec.map(make, indices))
+
+    def template(self, node):
+        """The booted template host root of nodes with these facts (one per simulator
+        and kind of node, made once; ``hostroot.Template``)."""
+        key = hashlib.sha256(json.dumps(node, sort_keys=True).encode()).hexdigest()[:16]
+        path = os.path.join(self.cluster.dir, "templates", key)
+        os.makedirs(path, exist_ok=True)
+        layers = os.path.join(self.cluster.dir, "layers")
+        with open(os.path.join(path, ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another add-nodes may be making the same one
+            if os.environ.get(hostroot.HOST_ROOTS_ENV) != "copy":
+                with open(layers + ".lock", "w") as layers_lock:
+                    fcntl.flock(layers_lock, fcntl.LOCK_EX)
+                    hostroot.mount_tmpfs(layers)  # the nodes' own layers in memory, where allowed
+            return hostroot.Template(os.path.join(path, "root"), self.base, node, layers=layers)
 
     def ensure_gpu_operator_driver(self):
         """The GPU Operator's driver DaemonSet (nvidia-driver-daemonset in gpu-operator),
@@ -313,25 +370,50 @@ class Fleet(object):
         return self.batch.create_namespaced_job(namespace, job)
 
     # --- readiness -------------------------------------------------------------
+    def ready_nodes(self, label_selector="type=kwok"):
+        """How many nodes are Ready: the server's table of them (a few columns, not the
+        objects, which is what keeps polling cheap at thousands of nodes)."""
+        resp = self.core.list_node(label_selector=label_selector, resource_version="0", _preload_content=False,
+                                   _headers={"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"})
+        table = json.loads(resp.data)
+        column = [c["name"].lower() for c in table["columnDefinitions"]].index("status")
+        return sum(1 for row in table.get("rows") or [] if row["cells"][column].split(",")[0] == "Ready")
+
+    def tainted_ready_nodes(self, label_selector="type=kwok"):
+        """Ready nodes that still carry the node lifecycle controller's not-ready or
+        unreachable taint (nothing is scheduled there until it lifts it)."""
+        out = []
+        for node in self._raw_list(self.core.list_node, label_selector=label_selector, resource_version="0"):
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (node.get("status") or {}).get("conditions") or [])
+            if ready and any(t.get("key") in LIFECYCLE_TAINTS for t in (node.get("spec") or {}).get("taints") or []):
+                out.append(node["metadata"]["name"])
+        return out
+
+    def _raw_list(self, method, **kwargs):
+        return json.loads(method(_preload_content=False, **kwargs).data).get("items") or []
+
     def wait_ready(self, expected_nodes, timeout=120):
         """Wait until the nodes are Ready and every workload pod is Running or done."""
         deadline = time.time() + timeout
         pending = None
+        interval = min(2.0, 0.5 + expected_nodes / 2000.0)
         while time.time() < deadline:
-            nodes = self.core.list_node(label_selector="type=kwok").items
-            ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True"
-                                             for c in (n.status.conditions or []))]
-            if len(ready) >= expected_nodes:
-                pods = self.core.list_pod_for_all_namespaces().items
-                pending = [p for p in pods if p.status.phase not in ("Running", "Succeeded")]
-                deployments = self.apps.list_deployment_for_all_namespaces().items
-                short = [d for d in deployments if (d.status.ready_replicas or 0) < (d.spec.replicas or 0)]
+            ready = self.ready_nodes()
+            if ready >= expected_nodes and self.tainted_ready_nodes():
+                ready = -1  # Ready, but the node lifecycle controller has yet to lift the not-ready taint
+            if ready >= expected_nodes:
+                pods = self._raw_list(self.core.list_pod_for_all_namespaces)
+                pending = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Running", "Succeeded")]
+                deployments = self._raw_list(self.apps.list_deployment_for_all_namespaces)
+                short = [d for d in deployments if (d.get("status") or {}).get("readyReplicas", 0) <
+                         (d.get("spec") or {}).get("replicas", 1)]
                 if not pending and not short:
-                    return {"nodes": len(ready), "pods": len(pods)}
-            time.sleep(0.5)
+                    return {"nodes": ready, "pods": len(pods)}
+            time.sleep(interval)
         raise SimulatorError("fleet not ready after %ds: %s" % (timeout, ", ".join(
-            "%s/%s %s" % (p.metadata.namespace, p.metadata.name, p.status.phase) for p in (pending or [])[:10])
-            or "nodes not Ready"))
+            "%s/%s %s" % (p["metadata"]["namespace"], p["metadata"]["name"], (p.get("status") or {}).get("phase"))
+            for p in (pending or [])[:10]) or "nodes not Ready"))
 
 
 def create_fleet(cluster, profile="dev", nodes=None, wait=True, timeout=120):

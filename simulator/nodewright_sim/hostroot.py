@@ -10,6 +10,9 @@ then starts the units default.target pulls in.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import math
 import os
 import re
@@ -313,6 +316,249 @@ def create(root, base, node):
     if env["OS_ID"] != "cos":
         build_initramfs(root, DEFAULT_KERNEL, ["nvidia", "nvidia_uvm", "nvidia_modeset"] if node.get("gpu_count") else [])
     return boot(root)
+
+
+# --- fleets: one boot per kind of node, shared by every node of that kind ---------
+
+TEMPLATE_NAME = "nodewright-sim-template-node"
+HOST_ROOTS_ENV = "NODEWRIGHT_SIM_HOST_ROOTS"  # overlay (the default where it works) or copy
+MNT_DETACH = 2
+
+
+class Template(object):
+    """A host root created and booted once for nodes that differ only in their name,
+    then laid down for each of them (``clone``): at fleet size a full boot per node
+    (the init's shell, about 0.2 s of CPU) is what makes creating nodes slow, and a
+    boot of the same facts makes the same files.
+
+    A node's root is an overlay mount of the template (read-only, shared) under a
+    directory of the node's own that takes every change: nothing is copied until a
+    node writes it, and a file written on one node is that node's alone (the userland
+    too). Where overlay mounts are not possible (no privilege, a file system that
+    cannot be an upper layer) or ``NODEWRIGHT_SIM_HOST_ROOTS=copy``, the root is a copy
+    of the template instead, entry by entry, with the userland hard-linked to the base
+    image as ``create`` links it. Either way the node's files are the template's with
+    its name (``TEMPLATE_NAME``) and boot ID replaced by the node's own in the files that
+    hold them (``node.env``, the hostname, the boot ID, the boot's line in
+    ``actions.log``); timestamps in the journal are those of the template's boot."""
+
+    def __init__(self, root, base, node, layers=None):
+        """``layers``: where the nodes' own layers go (a directory per node; by default
+        beside each node's root), best a tmpfs (``mount_tmpfs``): on a disk every
+        directory and file they start with costs a journalled write."""
+        self.root = root
+        self.layers = layers
+        ready = root + ".ready"
+        if not os.path.exists(ready):
+            shutil.rmtree(root, ignore_errors=True)
+            create(root, base, dict(node, name=TEMPLATE_NAME))
+            open(ready, "w").close()
+        self.boot_id = boot_id(root).encode()
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+        self.plan = self._scan()
+        self.personal = [item for item in self.plan if item[0] == "f" and item[4]]
+        self.dir_modes = {item[1]: item[2] for item in self.plan if item[0] == "d"}
+        mode = os.environ.get(HOST_ROOTS_ENV, "")
+        if mode not in ("", "overlay", "copy"):
+            raise HostRootError("%s must be overlay or copy, not %r" % (HOST_ROOTS_ENV, mode))
+        # None: overlay mounts not tried yet; the first clone finds out.
+        self.overlay = False if mode == "copy" or not _overlay_safe(root) else (True if mode else None)
+
+    def _scan(self):
+        plan = []
+        name = TEMPLATE_NAME.encode()
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            for entry in sorted(dirnames) + sorted(filenames):
+                src = os.path.join(dirpath, entry)
+                rel = entry if rel_dir == "." else os.path.join(rel_dir, entry)
+                if TEMPLATE_NAME in rel:
+                    raise HostRootError("the template host root %s has a path with the node's name: %s"
+                                        % (self.root, rel))
+                st = os.lstat(src)
+                mode = stat.S_IMODE(st.st_mode)
+                if stat.S_ISLNK(st.st_mode):
+                    plan.append(("l", rel, os.readlink(src)))
+                elif stat.S_ISDIR(st.st_mode):
+                    plan.append(("d", rel, mode))
+                elif stat.S_ISCHR(st.st_mode):
+                    plan.append(("c", rel, mode | stat.S_IFCHR, st.st_rdev))
+                elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    plan.append(("h", rel, src))  # the shared userland
+                elif stat.S_ISREG(st.st_mode):
+                    with open(src, "rb") as fh:
+                        data = fh.read()
+                    personal = name in data or self.boot_id in data
+                    plan.append(("f", rel, mode, data, personal))
+            dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        # os.walk lists a directory's entries before descending: parents come first.
+        return plan
+
+    def layer(self, dest, name):
+        """The directory holding a node root's own layer (upper and work directories)."""
+        return os.path.join(self.layers, name) if self.layers else dest.rstrip("/") + ".layer"
+
+    def clone(self, dest, name):
+        """Lay the template down as the host root of node ``name`` at ``dest`` (a
+        root already there, of an earlier node of the name, is replaced); return the
+        node's boot ID."""
+        remove(dest)
+        new_id = str(uuid.uuid4())
+        subst = ((TEMPLATE_NAME.encode(), name.encode()), (self.boot_id, new_id.encode()))
+        if self.overlay is not False:
+            try:
+                self._clone_overlay(dest, name, subst)
+                self.overlay = True
+                return new_id
+            except OSError:
+                if self.overlay:
+                    raise
+                self.overlay = False  # not here: copies from now on
+                remove(dest)
+        self._clone_copy(dest, subst)
+        return new_id
+
+    def _write(self, path, data, mode, subst):
+        for old, new in subst:
+            data = data.replace(old, new)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if mode != mode & (0o666 & ~self.umask):
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+
+    def _clone_overlay(self, dest, name, subst):
+        layer = self.layer(dest, name)
+        if os.path.lexists(layer):
+            shutil.rmtree(layer)
+        upper, work = os.path.join(layer, "upper"), os.path.join(layer, "work")
+        os.makedirs(work)
+        os.makedirs(dest)
+        os.mkdir(upper, self.dir_modes.get(".", 0o755))
+        for item in self.personal:
+            parent = os.path.dirname(item[1])
+            todo = []
+            while parent and not os.path.isdir(os.path.join(upper, parent)):
+                todo.append(parent)
+                parent = os.path.dirname(parent)
+            for d in reversed(todo):  # the template's modes: the upper directory's are the merged one's
+                mode = self.dir_modes.get(d, 0o755)
+                os.mkdir(os.path.join(upper, d), mode)
+                os.chmod(os.path.join(upper, d), mode)
+            self._write(os.path.join(upper, item[1]), item[3], item[2], subst)
+        mount_overlay(self.root, upper, work, dest)
+
+    def _clone_copy(self, dest, subst):
+        default_dir = 0o777 & ~self.umask
+        os.makedirs(dest)
+        join = os.path.join
+        for item in self.plan:
+            kind, path = item[0], join(dest, item[1])
+            if kind == "f":
+                self._write(path, item[3], item[2], subst if item[4] else ())
+            elif kind == "l":
+                os.symlink(item[2], path)
+            elif kind == "d":
+                os.mkdir(path, item[2])
+                if item[2] != item[2] & default_dir:
+                    os.chmod(path, item[2])
+            elif kind == "h":
+                os.link(item[2], path)
+            else:
+                try:
+                    os.mknod(path, item[2], item[3])
+                except PermissionError:
+                    open(path, "w").close()
+
+
+def _overlay_safe(path):
+    """overlay's mount options cannot name paths with a comma, colon or backslash."""
+    return not any(c in os.path.abspath(path) for c in ",:\\")
+
+
+_LIBC = []
+
+
+def _libc():
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True))
+    return _LIBC[0]
+
+
+def _mount(source, target, fstype, options):
+    if _libc().mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "mount %s on %s: %s" % (fstype, target, os.strerror(err)))
+
+
+def mount_overlay(lower, upper, work, target):
+    _mount("overlay", target, "overlay", "lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=on" % (lower, upper, work))
+
+
+def mount_tmpfs(target):
+    """A tmpfs at ``target`` (made when missing, and empty): True, or False where this
+    machine does not allow it (the directory stays a plain one)."""
+    os.makedirs(target, exist_ok=True)
+    if os.path.ismount(target):
+        return True
+    if os.listdir(target):
+        return False
+    try:
+        _mount("tmpfs", target, "tmpfs", "mode=0755")
+    except OSError:
+        return False
+    return True
+
+
+def _mountinfo():
+    """(mount point, file system type, super options) of every mount."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                fields = line.split()
+                sep = fields.index("-")
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                out.append((point, fields[sep + 1], fields[sep + 3] if len(fields) > sep + 3 else ""))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def mounts_under(path):
+    """The mount points at or below ``path``, deepest first."""
+    path = os.path.realpath(path).rstrip("/")
+    found = [point for point, _, _ in _mountinfo() if point == path or point.startswith(path + "/")]
+    return sorted(found, key=len, reverse=True)
+
+
+def unmount_under(path):
+    """Detach every mount at or below ``path`` (the overlay host roots of a simulator)."""
+    for point in mounts_under(path):
+        if _libc().umount2(point.encode(), MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            if err not in (errno.EINVAL, errno.ENOENT):
+                raise HostRootError("could not unmount %s: %s" % (point, os.strerror(err)))
+
+
+def remove(root):
+    """Remove a node's host root, and its own layer when it is an overlay."""
+    if not os.path.lexists(root):
+        return
+    real = os.path.realpath(root)
+    for point, fstype, options in _mountinfo() if os.path.ismount(real) else ():
+        if point == real and fstype == "overlay":
+            upper = re.search(r"(?:^|,)upperdir=([^,]+)", options)
+            unmount_under(real)
+            if upper and os.path.basename(upper.group(1)) == "upper":
+                shutil.rmtree(os.path.dirname(upper.group(1)), ignore_errors=True)
+    if os.path.lexists(root):
+        shutil.rmtree(root)
 
 
 def _read(path, default=""):

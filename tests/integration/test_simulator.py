@@ -241,3 +241,42 @@ def test_a_reboot_through_the_supervisor_starts_the_nodes_enabled_units(sim):
     assert run(query).stdout == "Enabled\n"
     assert run("systemctl is-active nvidia-persistenced nvidia-fabricmanager containerd kubelet").stdout == \
         "active\nactive\nactive\nactive\n"
+
+
+def test_init_containers_complete_before_the_pod_runs(sim):
+    """As a kubelet runs a pod: its init containers in order to completion (a sidecar,
+    restartPolicy Always, keeps running), then its containers; an operator that does its
+    work in init containers sees them done."""
+    ns = sim.namespace("init")
+    (node,) = sim.add_nodes("h100", 1)
+    image = "registry.invalid/sim/stage:1"
+    sim.core.create_namespaced_pod(ns, {"metadata": {"name": "staged"}, "spec": {
+        "nodeName": node, "tolerations": [{"operator": "Exists"}],
+        "initContainers": [{"name": "apply", "image": image}, {"name": "config", "image": image},
+                           {"name": "agent", "image": image, "restartPolicy": "Always"}],
+        "containers": [{"name": "pause", "image": image}]}})
+    pod = wait_for(lambda: (lambda p: p if p.status.phase == "Running" else None)(
+        sim.core.read_namespaced_pod("staged", ns)), what="the pod Running")
+    conditions = {c.type: c.status for c in pod.status.conditions}
+    assert conditions["Initialized"] == conditions["Ready"] == "True"
+    init = {s.name: s for s in pod.status.init_container_statuses}
+    assert list(init) == ["apply", "config", "agent"]
+    for name in ("apply", "config"):
+        assert init[name].state.terminated.exit_code == 0 and init[name].state.terminated.reason == "Completed"
+        assert init[name].ready and not init[name].started
+    assert init["agent"].state.running and init["agent"].started
+    assert [s.state.running is not None for s in pod.status.container_statuses] == [True]
+
+
+def test_nodes_of_a_pool_boot_once_and_each_has_its_own_name_and_boot_id(sim):
+    n1, n2 = sim.add_nodes("gb300", 2)
+    templates = os.listdir(os.path.join(sim.cluster.dir, "templates"))
+    for node in (n1, n2):
+        root = sim.host_root(node)
+        api_boot_id = sim.core.read_node(node).status.node_info.boot_id
+        assert hostroot.boot_id(root) == api_boot_id
+        assert hostroot.run(root, ". /etc/nodewright-sim/node.env; echo $NODE_NAME").stdout == node + "\n"
+    assert hostroot.boot_id(sim.host_root(n1)) != hostroot.boot_id(sim.host_root(n2))
+    (more,) = sim.add_nodes("gb300", 1)
+    assert os.listdir(os.path.join(sim.cluster.dir, "templates")) == templates  # the same template again
+    assert hostroot.run(sim.host_root(more), "systemctl is-active containerd").stdout == "active\n"
