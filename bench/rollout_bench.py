@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(REPO, "simulator"))
 
 import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
-from nodewright_sim.cluster import Cluster  # noqa: E402
+from nodewright_sim.cluster import Cluster, rss_kib, tree_pids  # noqa: E402
 from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
 
 GROUP, VERSION = "nodewright.io", "v1alpha1"
@@ -67,28 +67,7 @@ BASELINE_PLAY = """\
 
 def tree_rss_mib(root_pid):
     """Resident memory of a process and all its descendants."""
-    children = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(pid))
-        except (OSError, IndexError, ValueError):
-            continue
-    total, stack = 0, [root_pid]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        try:
-            with open("/proc/%d/status" % pid) as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024.0
+    return rss_kib(tree_pids(root_pid)) / 1024.0
 
 
 def run(nodes, batch, forks, workdir, tool="nodewright"):

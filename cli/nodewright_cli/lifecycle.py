@@ -18,12 +18,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import dele
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.names import name_of
 
 LOG = logging.getLogger("nodewright.reconcile")
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name")
 
 
 def _failed_before(resource):
@@ -57,10 +54,10 @@ class LifecycleMixin(object):
         """Finalizers and the uninstall of deleted resources (``fleet/deletion.py``).
         Returns ``{resource: decision}`` for the uninstalls to run."""
         described = {d["name"]: d for _r, d in view["rollouts"]}
-        blocked = {_name(r): reason for r, reason in view["blocked"]}
+        blocked = {name_of(r, None): reason for r, reason in view["blocked"]}
         uninstalls = {}
         for resource in self.managed():
-            name = _name(resource)
+            name = name_of(resource, None)
             decision = deletion.decide(resource, nodes, described.get(name), blocked.get(name))
             action = decision["action"]
             try:
@@ -71,7 +68,7 @@ class LifecycleMixin(object):
                     for node in nodes:
                         patch = node_ops.clear_marks_patch(node, name)
                         if patch:
-                            self.cluster.patch_node(_name(node), patch)
+                            self.cluster.patch_node(name_of(node, None), patch)
                     self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, False))
                     LOG.info("NodeWright %s: finalizer removed, the resource goes (%s)", name, decision["reason"])
                 elif action in (deletion.UNINSTALL, deletion.BLOCKED):

@@ -20,25 +20,22 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.node import gatin
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import is_ignored
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name") or "?"
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.names import name_of
 
 
 def fleet_view(resources, nodes, policies, package_dirs):
     """``{rollouts: [(resource, described)], blocked: [(resource, reason)],
     malformed: {node: {resource: error}}}``, resources in priority order."""
-    by_name = {_name(r): r for r in resources}
+    by_name = {name_of(r): r for r in resources}
     described = desired_state.describe_all(resources, nodes, policies, package_dirs)
     rollouts = [(by_name[entry["name"]], entry) for entry in described["rollouts"]]
     blocked = [(by_name[b["name"]], b["reason"]) for b in described["blocked"] if b["name"] in by_name]
     malformed = {}
     for node in nodes:
         for resource in resources:
-            state = node_ops.read_state(node, _name(resource))
+            state = node_ops.read_state(node, name_of(resource))
             if "error" in state:
-                malformed.setdefault(_name(node), {})[_name(resource)] = state["error"]
+                malformed.setdefault(name_of(node), {})[name_of(resource)] = state["error"]
     return {"rollouts": rollouts, "blocked": blocked, "malformed": malformed}
 
 
@@ -84,8 +81,8 @@ def _packages(node, resource_name):
 def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNTIME_REQUIRED, only=None):
     """The status as data (what ``nodewright status --json`` prints)."""
     view = fleet_view(resources, nodes, policies, package_dirs)
-    by_name = {_name(n): n for n in nodes}
-    ignored = sorted(_name(n) for n in nodes if is_ignored((n.get("metadata") or {}).get("labels")))
+    by_name = {name_of(n): n for n in nodes}
+    ignored = sorted(name_of(n) for n in nodes if is_ignored((n.get("metadata") or {}).get("labels")))
     out = {"resources": [], "blocked": [], "ignored": ignored}
     for resource, described in view["rollouts"]:
         name = described["name"]
@@ -120,9 +117,9 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
             "plan": "%s: %s" % (described["waves"].get("status"), described["waves"].get("reason", "")),
             "nodes": rows})
     for resource, reason in view["blocked"]:
-        if only and _name(resource) != only:
+        if only and name_of(resource) != only:
             continue
-        out["blocked"].append({"name": _name(resource), "reason": reason})
+        out["blocked"].append({"name": name_of(resource), "reason": reason})
     return out
 
 

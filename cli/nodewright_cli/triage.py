@@ -35,13 +35,10 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.node import gatin
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import RERUN_STAGES
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.names import name_of
 
 TRIAGE_TASK = "Read or mark the package on the node"
 FOLLOW_INTERVAL = 2.0
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name") or "?"
 
 
 # --------------------------------------------------------------------------- nodes
@@ -75,7 +72,7 @@ def node_detail(node, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     notes = {ctype.split("/", 1)[1]: conditions[ctype].get("message", "")
              for ctype in (markers.CONDITION_ERRORING, markers.CONDITION_BLOCKED, markers.CONDITION_DRIFT)
              if (conditions.get(ctype) or {}).get("status") == "True"}
-    return {"node": _name(node), "status": labels.get(markers.LABEL_STATUS) or markers.STATUS_UNKNOWN,
+    return {"node": name_of(node), "status": labels.get(markers.LABEL_STATUS) or markers.STATUS_UNKNOWN,
             "cordon": node_ops.cordon_state(node), "tainted": gating.has_taint(node, taint_key),
             "ready": node_ops.is_ready(node), "boot_id": node_state.boot_id(node), "conditions": notes,
             "blocked_by": (meta.get("annotations") or {}).get(markers.ANNOTATION_BLOCKED_BY),
@@ -85,7 +82,7 @@ def node_detail(node, taint_key=markers.TAINT_RUNTIME_REQUIRED):
 def node_rows(nodes, resource=None):
     """One row per node NodeWright has marks on (of ``resource`` only, when given)."""
     rows = []
-    for node in sorted(nodes, key=_name):
+    for node in sorted(nodes, key=name_of):
         detail = node_detail(node)
         if resource:
             detail["resources"] = {k: v for k, v in detail["resources"].items() if k == resource}
@@ -164,10 +161,10 @@ def resource_for(node, package, resource=None):
     if len(found) == 1:
         return found[0]
     if not found:
-        raise NodeWrightError("no NodeWright resource records package %s on node %s" % (package, _name(node)),
-                              hint="list what the node has with `nodewright node status %s`" % _name(node))
+        raise NodeWrightError("no NodeWright resource records package %s on node %s" % (package, name_of(node)),
+                              hint="list what the node has with `nodewright node status %s`" % name_of(node))
     raise NodeWrightError("package %s is recorded by several resources on node %s: %s"
-                          % (package, _name(node), ", ".join(sorted(found))), hint="give --resource")
+                          % (package, name_of(node), ", ".join(sorted(found))), hint="give --resource")
 
 
 # --------------------------------------------------------------------------- on the node

@@ -16,22 +16,9 @@ import sys
 import time
 
 from nodewright_sim import hostroot
-from nodewright_sim.cluster import KUBELET_LEASE_SECONDS, Cluster, SimulatorError, heartbeat_settings
+from nodewright_sim.cluster import KUBELET_LEASE_SECONDS, Cluster, SimulatorError, heartbeat_settings, rss_kib
 from nodewright_sim.fleet import GPUS, PROFILES, Fleet, create_fleet, profile_names
 from nodewright_sim.realnodes import RealNodes, preflight
-
-
-def _mem_mib(pids):
-    total = 0
-    for pid in pids:
-        try:
-            with open("/proc/%d/status" % pid) as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total // 1024
 
 
 def _parse_taint(text):
@@ -74,7 +61,7 @@ def cmd_up(args):
     result.update({"kubeconfig": cluster.kubeconfig, "server": state["server"],
                    "control_plane_seconds": round(t1 - t0, 1), "fleet_seconds": round(t2 - t1, 1),
                    "total_seconds": round(t2 - t0, 1),
-                   "control_plane_rss_mib": _mem_mib(state["pids"].values())})
+                   "control_plane_rss_mib": rss_kib(state["pids"].values()) // 1024})
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -97,7 +84,7 @@ def cmd_status(args):
     cluster = Cluster(args.name)
     st = cluster.status()
     if st.get("running"):
-        st["control_plane_rss_mib"] = _mem_mib(p["pid"] for n, p in st["processes"].items() if n != "realnet")
+        st["control_plane_rss_mib"] = rss_kib(p["pid"] for n, p in st["processes"].items() if n != "realnet") // 1024
     print(json.dumps(st, indent=2))
     return 0 if st.get("running") else 1
 

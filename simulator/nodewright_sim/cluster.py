@@ -84,6 +84,40 @@ def port_in_use(port):
     return False
 
 
+def rss_kib(pids):
+    """Resident memory of ``pids`` together, in KiB (a process that has ended counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/status" % int(pid)) as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def tree_pids(root_pid):
+    """``root_pid`` and all its descendants, from /proc."""
+    children = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, stack = [], [root_pid]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)

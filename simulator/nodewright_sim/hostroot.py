@@ -182,7 +182,14 @@ def _copy_with_libraries(binary, dest_root):
     if os.path.lexists(dest):
         os.unlink(dest)
     shutil.copy2(real, dest)
-    out = subprocess.run(["ldd", real], capture_output=True, text=True, check=True).stdout
+    copy_libraries(real, dest_root, check=True)
+
+
+def copy_libraries(binary, dest_root, check=False):
+    """Copy the shared libraries ldd names for ``binary`` to the same paths under
+    ``dest_root`` (those already there are kept). ``check``: a binary ldd cannot read
+    is an error; otherwise it has no libraries to copy."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=check).stdout
     for line in out.splitlines():
         m = re.search(r"(/\S+)\s+\(0x", line)
         if not m:

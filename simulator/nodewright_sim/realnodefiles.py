@@ -7,10 +7,10 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import shutil
 import sys
 
+from nodewright_sim import hostroot
 from nodewright_sim.realmachine import run_command
 
 NODE_FILE = "realnode.json"
@@ -71,16 +71,7 @@ def _python_into(root):
     for so in glob.glob(os.path.join(stdlib, "lib-dynload", "*.so")):
         libs.add(so)
     for binary in libs:
-        out = run_command(["ldd", binary], check=False).stdout
-        for line in out.splitlines():
-            m = re.search(r"(/\S+)\s+\(0x", line)
-            if not m:
-                continue
-            lib = m.group(1)
-            target = os.path.join(root, lib.lstrip("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if not os.path.exists(target):
-                shutil.copy2(os.path.realpath(lib), target)
+        hostroot.copy_libraries(binary, root)
 
 
 def cni_config(node_dir, index, prefix):

@@ -49,7 +49,7 @@ import tempfile
 import time
 
 from nodewright_sim import hostroot, ociimage, pki
-from nodewright_sim.cluster import SimulatorError, bin_dir, pid_alive
+from nodewright_sim.cluster import SimulatorError, bin_dir, pid_alive, rss_kib
 from nodewright_sim.realboot import unmount_under
 from nodewright_sim.realcgroups import CGROUP_TOP, cgroup_pids, kill_cgroup, make_node_cgroups, node_cgroup, \
     remove_empty_parents
@@ -402,7 +402,7 @@ class RealNodes(object):
                      "cgroup": info["cgroup"], "host_root": info["root"]}
             pids = cgroup_pids(info["cgroup"])
             entry["processes"] = len(pids)
-            entry["rss_mib"] = _rss_mib(pids)
+            entry["rss_mib"] = rss_kib(pids) // 1024
             out[name] = entry
         return out
 
@@ -413,19 +413,6 @@ def reboot_real_node(state_dir, name, delay):
     cluster = Cluster(os.path.basename(state_dir.rstrip("/")))
     cluster.dir, cluster.state_file = state_dir, os.path.join(state_dir, "state.json")
     return RealNodes(cluster).reboot(name, delay=delay)
-
-
-def _rss_mib(pids):
-    total = 0
-    for pid in pids:
-        try:
-            with open("/proc/%d/status" % pid) as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total // 1024
 
 
 def _machine_arch():

@@ -16,13 +16,10 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import r
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import mark_for_reapply
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import resource_selector, targets
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import is_disabled
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.names import name_of
 
 REASON_DRIFT = "HostDrift"
 REASON_NO_DRIFT = "NoDrift"
-
-
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name") or "?"
 
 
 def check_targets(nodes, resources):
@@ -30,14 +27,14 @@ def check_targets(nodes, resources):
     status complete), which a drift check looks at again. Ignored nodes and disabled
     resources are left out; so are nodes whose state annotation is malformed."""
     out = {}
-    for resource in sorted(resources or (), key=_name):
+    for resource in sorted(resources or (), key=name_of):
         if is_disabled(resource):
             continue
         try:
             selector = resource_selector(resource)
         except Exception:  # noqa: BLE001 - an invalid resource is reported as blocked elsewhere
             continue
-        name = _name(resource)
+        name = name_of(resource)
         for node in nodes or ():
             labels = (node.get("metadata") or {}).get("labels") or {}
             if not targets(resource, labels, selector):

@@ -160,6 +160,11 @@ def node_names(values, field):
     return [node_name(v, "%s[%d]" % (field, n)) for n, v in enumerate(values or ())]
 
 
+def name_of(obj, default="?"):
+    """The ``metadata.name`` of an object as the API returned it, or ``default``."""
+    return ((obj or {}).get("metadata") or {}).get("name") or default
+
+
 def namespace(value, field="namespace"):
     """A namespace's name (a DNS-1123 label)."""
     return dns_label(value, field, "namespace name",

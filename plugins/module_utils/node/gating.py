@@ -35,6 +35,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
     is_disabled,
     is_paused,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.names import name_of
 
 TAINT_VALUE = "true"
 TAINT_EFFECT = "NoSchedule"
@@ -71,10 +72,6 @@ def has_taint(node, key=markers.TAINT_RUNTIME_REQUIRED):
     return any(t.get("key") == key for t in node_taints(node))
 
 
-def _name(obj):
-    return ((obj or {}).get("metadata") or {}).get("name") or "?"
-
-
 def _labels(node):
     return ((node or {}).get("metadata") or {}).get("labels") or {}
 
@@ -102,20 +99,20 @@ def gating_resources(resources, node):
     a paused one does (its work is still to come)."""
     chosen = [r for r in resources or () if ((r.get("spec") or {}).get("runtimeRequired") is True)
               and not is_disabled(r) and targets(r, node)]
-    return sorted(chosen, key=lambda r: (_priority(r), _name(r)))
+    return sorted(chosen, key=lambda r: (_priority(r), name_of(r)))
 
 
 def resource_progress(resource, node):
     """``(progress, detail)`` of one resource on one node: complete, pending, failed or
     malformed. Complete means the node's recorded status is complete and every package
     of the resource is recorded complete at the version the resource asks for."""
-    name = _name(resource)
+    name = name_of(resource)
     wanted = {p: (spec or {}).get("version") for p, spec in
               (((resource.get("spec") or {}).get("packages")) or {}).items()}
     state = read_state(node, name)
     if "error" in state:
         return MALFORMED, "%s; fix or reset it (nodewright reset %s --resource %s)" % (
-            state["error"], _name(node), name)
+            state["error"], name_of(node), name)
     packages = state.get("packages") if isinstance(state.get("packages"), dict) else {}
     for pkg in sorted(wanted):
         entry = packages.get(pkg)
@@ -157,7 +154,7 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     entries = []
     for r in gating:
         progress, detail = resource_progress(r, node)
-        entries.append({"resource": _name(r), "priority": _priority(r), "progress": progress, "detail": detail,
+        entries.append({"resource": name_of(r), "priority": _priority(r), "progress": progress, "detail": detail,
                         "paused": is_paused(r)})
     result = {"action": NONE, "tainted": tainted, "taint": taint_key, "resources": entries, "blocker": None,
               "condition": None, "event": None, "cordon": None}
@@ -174,7 +171,7 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
             result["message"] = "removing the %s taint: %s" % (taint_key, result["message"])
             result["event"] = {"reason": markers.EVENT_RUNTIME_READY, "type": "Normal",
                                "message": "runtime ready, taint %s removed: %s complete" % (taint_key, done)}
-            cordoning = [_name(r) for r in gating if (r.get("spec") or {}).get("runtimeRequiredCordonAfter") is True]
+            cordoning = [name_of(r) for r in gating if (r.get("spec") or {}).get("runtimeRequiredCordonAfter") is True]
             if cordoning:
                 # runtimeRequiredCordonAfter: the node stays out of scheduling, for a person
                 # (or another controller) to release it.
@@ -294,7 +291,7 @@ def should_auto_taint(node, resources, now, window_s=600, taint_key=markers.TAIN
     nodes may run workloads already. The node must be targeted by a resource with
     ``runtimeRequired`` and ``autoTaintNewNodes`` that has not completed on it.
     """
-    name = _name(node)
+    name = name_of(node)
     if has_taint(node, taint_key):
         return False, "%s already carries %s" % (name, taint_key)
     created = _created(node)
@@ -308,7 +305,7 @@ def should_auto_taint(node, resources, now, window_s=600, taint_key=markers.TAIN
                and resource_progress(r, node)[0] != COMPLETE]
     if not wanting:
         return False, "no runtimeRequired resource with autoTaintNewNodes is pending on %s" % name
-    return True, "new node %s is targeted by %s (autoTaintNewNodes)" % (name, ", ".join(_name(r) for r in wanting))
+    return True, "new node %s is targeted by %s (autoTaintNewNodes)" % (name, ", ".join(name_of(r) for r in wanting))
 
 
 # --------------------------------------------------------------------------- acting on a node

@@ -24,16 +24,13 @@ import json
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.names import name_of
 
 REASON_MALFORMED = markers.REASON_MALFORMED_STATE
 
 
 class UnreadableState(ValidationError):
     """A node state that is not a JSON object."""
-
-
-def _name(node):
-    return ((node or {}).get("metadata") or {}).get("name") or "?"
 
 
 def fix_hint(node_name, resource):
@@ -79,11 +76,11 @@ def read_node_state(node, resource):
     try:
         return parse_state(annotation_text(node, resource), _what(node, resource))
     except UnreadableState as exc:
-        return {"error": "%s; %s" % (exc.reason, fix_hint(_name(node), resource))}
+        return {"error": "%s; %s" % (exc.reason, fix_hint(name_of(node), resource))}
 
 
 def _what(node, resource):
-    return "annotation %s on node %s" % (markers.state_annotation(resource), _name(node))
+    return "annotation %s on node %s" % (markers.state_annotation(resource), name_of(node))
 
 
 def unreadable(node, resource):
@@ -98,7 +95,7 @@ def refuse_to_overwrite(node, resource):
         parse_state(annotation_text(node, resource), _what(node, resource))
     except UnreadableState as exc:
         raise UnreadableState("%s; NodeWright leaves it as it is and does not maintain the node for %s until "
-                              "it is fixed" % (exc.reason, resource), hint=fix_hint(_name(node), resource))
+                              "it is fixed" % (exc.reason, resource), hint=fix_hint(name_of(node), resource))
 
 
 def states_by_resource(annotations):
