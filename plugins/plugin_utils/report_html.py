@@ -290,14 +290,31 @@ td pre{white-space:pre-wrap;margin:0;max-width:900px;font-size:12px}
 """
 
 
+# The overall status of a run of several resources: the worst of theirs.
+_SEVERITY = ("halted", "failed", "erroring", "incomplete", "waiting", "paused", "in_progress", "complete", "ok")
+
+
+def _overall(rollouts):
+    """(status, reason) of the run: one resource's own, or the worst status of several
+    with each resource's reason."""
+    if len(rollouts) <= 1:
+        rollout = rollouts[0] if rollouts else {}
+        return rollout.get("status"), rollout.get("reason") or ""
+    statuses = [r.get("status") or "ok" for r in rollouts]
+    status = min(statuses, key=lambda st: _SEVERITY.index(st) if st in _SEVERITY else len(_SEVERITY) // 2)
+    reason = "; ".join("%s: %s" % (r.get("resource") or "?", r.get("reason") or r.get("status") or "")
+                       for r in rollouts)
+    return status, reason
+
+
 def _summary(m):
-    rollout = m["rollouts"][-1] if m["rollouts"] else {}
-    status = rollout.get("status") or ("failed" if m["failures"] else "ok")
+    status, reason = _overall(m["rollouts"])
+    status = status or ("failed" if m["failures"] else "ok")
     parts = ['<h1>NodeWright run report</h1>',
              '<p class="meta">%s \u00b7 started %s \u00b7 took %s</p>'
              % (_e(m["playbook"] or "playbook"), _e(_utc(m["started"])), _e(_seconds(m["finished"] - m["started"])))]
     parts.append('<p id="summary"><span class="status %s">%s</span> %s</p>'
-                 % (_e(status), _e(status), _e(rollout.get("reason") or "")))
+                 % (_e(status), _e(status), _e(reason)))
     counts = " ".join('<span data-outcome="%s"><b>%d</b> %s</span>' % (_e(k), v, _e(k))
                       for k, v in sorted(m["counts"].items()))
     parts.append('<p class="counts">%d node(s) ran: %s%s</p>'

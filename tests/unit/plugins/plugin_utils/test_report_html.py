@@ -105,3 +105,16 @@ def test_the_page_has_every_section_and_escapes_what_it_shows():
 def test_a_report_without_a_rollout_or_nodes_still_renders():
     page = rh.render({"started": T0, "finished": T0 + 1, "hosts": {}})
     assert "0 node(s) ran: none" in page and 'id="failures">none' in page
+
+
+def test_a_run_of_several_resources_says_the_worst_status_and_each_reason():
+    both = report()
+    first = dict(both["rollout"][0], resource="tuning", status="complete", reason="all 18 node(s) are complete")
+    second = dict(both["rollout"][0], resource="gb200", status="halted", reason="compartment 'a' halted")
+    both["rollout"] = [first, second]
+    page = rh.render(both)
+    assert '<span class="status halted">halted</span> tuning: all 18 node(s) are complete; ' \
+           "gb200: compartment &#x27;a&#x27; halted" in page
+    both["rollout"] = [first, dict(second, status="complete", reason="all 6 node(s) are complete")]
+    assert '<span class="status complete">complete</span> tuning: all 18 node(s) are complete; ' \
+           'gb200: all 6 node(s) are complete' in rh.render(both)
