@@ -22,14 +22,16 @@ def running_pods(sim, ns, selector):
             if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
 
 
-def deployment_on(sim, ns, name, nodes, replicas, labels=None, grace=0):
-    """A Deployment pinned to ``nodes``; waits until all replicas run."""
+def deployment_on(sim, ns, name, nodes, replicas, labels=None, grace=0, ready_after=None):
+    """A Deployment pinned to ``nodes``; waits until all replicas run. ``ready_after``: how
+    long each pod takes to start ("3s")."""
     labels = labels or {"app": name}
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}]}]}}}
     body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
             "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {
+                     "template": {"metadata": {"labels": labels, "annotations": (
+                         {"sim.nodewright.io/ready-after": ready_after} if ready_after else {})}, "spec": {
                          "affinity": affinity, "terminationGracePeriodSeconds": grace,
                          "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}}}
     sim.apps.create_namespaced_deployment(ns, body)

@@ -670,3 +670,35 @@ def test_triage_shows_checks_and_logs_and_reruns_a_stage(sim, ops):
     assert (pkg["state"], pkg["checks"]["apply-check"]["result"]) == ("complete", "passed")
     version = ops.nodewright("version")
     assert version.returncode == 0 and "collection nodewright.fleet" in version.stdout
+
+
+# --------------------------------------------------------------------------- kubectl plugin
+
+def test_kubectl_finds_the_plugin_and_it_speaks_kubectls_conventions(sim, ops):
+    kubectl = os.path.join(os.environ.get("NODEWRIGHT_CACHE") or os.path.expanduser("~/.cache/nodewright"),
+                           "bin", "kubectl")
+    (node,) = ops.add_nodes("b300")
+    name = ops.resource("b300", shellscript())
+    assert ops.once().returncode == 0
+    env = ops.env()
+    env.pop("KUBECONFIG")  # given the kubectl way, after the plugin's name
+
+    def kubectl_nw(*args):
+        return subprocess.run([kubectl, "nodewright", "--kubeconfig", sim.kubeconfig] + list(args),
+                              capture_output=True, text=True, env=env, cwd=str(ops.tmp))
+    found = subprocess.run([kubectl, "plugin", "list"], capture_output=True, text=True, env=env)
+    assert "kubectl-nodewright" in found.stdout, found.stdout + found.stderr
+    as_json = kubectl_nw("node", "status", node, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["resources"][name]["status"] == "complete"
+    as_yaml = kubectl_nw("node", "status", node, "-o", "yaml")
+    assert yaml.safe_load(as_yaml.stdout) == json.loads(as_json.stdout)
+    listed = yaml.safe_load(kubectl_nw("node", "list", "-l", name, "-o", "yaml").stdout)
+    assert [n["node"] for n in listed] == [node]
+    assert name in kubectl_nw("status", name, "-o", "wide").stdout
+    assert kubectl_nw("pause", name).returncode == 0
+    assert ops.get(name)["metadata"]["annotations"][markers.ANNOTATION_PAUSE] == "true"
+    assert kubectl_nw("resume", name).returncode == 0
+    assert markers.ANNOTATION_PAUSE not in (ops.get(name)["metadata"].get("annotations") or {})
+    refused = kubectl_nw("-n", "default", "pause", name)
+    assert refused.returncode != 0 and "cluster-scoped" in refused.stderr

@@ -77,7 +77,9 @@ def test_drain_with_pdb_succeeds_without_violating_it(sim, tmp_path):
     ns = sim.namespace("budget")
     n1, n2 = sim.add_nodes("b200", 2)
     sim.core.patch_node(n2, {"spec": {"unschedulable": True}})
-    deployment_on(sim, ns, "svc", [n1, n2], 4)
+    # Each replacement takes 3 s to start: the PDB (maxUnavailable 1) holds every further
+    # eviction until the one before it is replaced.
+    deployment_on(sim, ns, "svc", [n1, n2], 4, ready_after="3s")
     sim.core.patch_node(n2, {"spec": {"unschedulable": False}})
     pdb(sim, ns, "svc", maxUnavailable=1)
     healthy_counts = []

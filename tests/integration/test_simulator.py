@@ -38,17 +38,33 @@ def test_replacement_is_scheduled_on_uncordoned_node_only(sim):
     n1, n2 = sim.add_nodes("h200", 2)
     deployment_on(sim, ns, "web", [n1, n2], 2)
 
+    def web():
+        return sim.core.list_namespaced_pod(ns, label_selector="app=web").items
+
     def cordon(node):
-        # The scheduler acts on its own watch of the nodes; the controller manager's
-        # unschedulable taint appears once the cordon has gone out to the watchers.
+        # The scheduler acts on its own watch of the nodes: once a probe pod that may only
+        # go to this node is refused as unschedulable, the scheduler has seen the cordon.
         sim.core.patch_node(node, {"spec": {"unschedulable": True}})
-        wait_for(lambda: any(t.key == "node.kubernetes.io/unschedulable"
-                             for t in sim.core.read_node(node).spec.taints or []), what="the cordon seen")
+        probe = {"metadata": {"generateName": "probe-", "labels": {"app": "probe"}},
+                 "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                          "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}
+        made = [sim.core.create_namespaced_pod(ns, probe).metadata.name]
+
+        def refused():
+            pod = sim.core.read_namespaced_pod(made[-1], ns)
+            if pod.spec.node_name:  # bound before the scheduler saw the cordon: ask again
+                sim.core.delete_namespaced_pod(made[-1], ns, grace_period_seconds=0)
+                made.append(sim.core.create_namespaced_pod(ns, probe).metadata.name)
+                return False
+            return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions or [])
+        wait_for(refused, what="the scheduler to see the cordon of %s" % node)
+        for name in made:
+            sim.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
     cordon(n1)
-    victims = [p for p in sim.core.list_namespaced_pod(ns).items if p.spec.node_name == n1]
+    victims = [p for p in web() if p.spec.node_name == n1]
     if not victims:  # both landed on n2: move one so that n1 carries a pod
-        victims = [sim.core.list_namespaced_pod(ns).items[0]]
+        victims = [web()[0]]
         sim.core.patch_node(n1, {"spec": {"unschedulable": False}})
         cordon(n2)
         n1, n2 = n2, n1
@@ -57,8 +73,7 @@ def test_replacement_is_scheduled_on_uncordoned_node_only(sim):
         evict(sim, p)
 
     def replaced():
-        pods = [p for p in sim.core.list_namespaced_pod(ns).items
-                if p.metadata.uid not in old and p.status.phase == "Running"]
+        pods = [p for p in web() if p.metadata.uid not in old and p.status.phase == "Running"]
         return pods if len(pods) >= len(victims) else None
     for p in wait_for(replaced, what="replacement pods"):
         assert p.spec.node_name == n2
