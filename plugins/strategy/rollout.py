@@ -358,8 +358,15 @@ class StrategyModule(LinearStrategyModule):
             fleet = self._fleet(settings, view, check_mode)
         except NodeWrightError as exc:
             raise AnsibleError("nodewright.fleet.rollout: %s" % exc)
-        for record in records.values():
-            record.leave_out(sorted(earlier), "failed or unreachable earlier in the playbook")
+        if settings.desired is not None and not any(r.eligible for r in resources):
+            # No node of this inventory has work: the play is skipped, as a play whose hosts
+            # matched nothing (the status play after it writes each resource's status).
+            display.display("skipping: no node of the inventory has work", color=C.COLOR_SKIP)
+            return self._tqm.RUN_OK
+        for res in resources:
+            left = sorted(earlier & set(res.work))
+            if left:
+                records[res.name].leave_out(left, "failed or unreachable earlier in the playbook")
         original_tasks = list(iterator.all_tasks)
         writer = status_writer(settings.k8s_auth) if settings.desired is not None else None
         hooks = StrategyHooks(self, iterator, play_context, by_name, original_tasks, records, keepers, writer)

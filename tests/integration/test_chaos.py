@@ -134,7 +134,7 @@ def crash_and_rerun(fleet, res, rng, kills, record):
     that finishes first counts as no kill); then one run to the end."""
     done = 0
     attempts = 0
-    while done < kills and attempts < kills * 3:
+    while done < kills and attempts < kills * 6:
         attempts += 1
         proc = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, "-e",
                            "nodewright_rollout_reservation_ttl=15", name="chaos-%d-%d" % (len(record), attempts))

@@ -386,3 +386,22 @@ def test_a_node_left_cordoned_by_a_crashed_run_of_the_resource_returns_to_work(s
     assert fleet.node_labels(node)["nodewright.io/status-%s" % res] == "complete"
     assert not sim.core.read_node(node).spec.unschedulable, "returned to work"
     assert "nodewright.io/cordoned-by" not in (sim.core.read_node(node).metadata.annotations or {})
+
+
+def test_a_limit_without_localhost_is_refused_before_any_node_is_touched(sim, tmp_path):
+    # rollout.yml plans on localhost first: a --limit that leaves it out must not end in a
+    # run that did nothing and said nothing.
+    fleet = Fleet(sim, tmp_path, [("h200", 1)])
+    (node,) = fleet.nodes
+    res = "limit-" + fleet.label
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/limit-test\n",
+                                                        "apply_check.sh": "test -s /etc/limit-test\n"}))
+    before = sim.core.read_node(node).metadata.resource_version
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res, "--limit", node)
+    assert proc.returncode != 0
+    assert "plans on localhost first and the --limit leaves it out: add it (--limit localhost,NODE,...). " \
+           "Nothing was changed" in proc.stdout + proc.stderr, proc.stderr
+    assert sim.core.read_node(node).metadata.resource_version == before
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res, "--limit", "localhost," + node)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.node_labels(node)["nodewright.io/status-%s" % res] == "complete"
