@@ -243,6 +243,9 @@ def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(roo
             % (os.path.join(REPO, ".collections"), SHELLSCRIPT, SLOW, root))
     module = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     wait_until(lambda: exists(root, "/var/lib/slow-runs"), "the step to start")
+    # ... and its supervisor to have recorded it running (its process ID), as it does at once.
+    wait_until(lambda: exists(root, "/var/lib/nodewright/step.json") and json.loads(
+        read(root, "/var/lib/nodewright/step.json")).get("status") == "running", "the step recorded running")
     os.killpg(module.pid, signal.SIGKILL)  # the module and its process group die; the step's does not
     module.wait()
 
