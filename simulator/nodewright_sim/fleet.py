@@ -263,11 +263,15 @@ class Fleet(object):
         layers = os.path.join(self.cluster.dir, "layers")
         with open(os.path.join(path, ".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another add-nodes may be making the same one
-            if os.environ.get(hostroot.HOST_ROOTS_ENV) != "copy":
+            # Real nodes run in mount namespaces of their own, where overlay mounts made
+            # later do not appear: a pod there (the reconciler, the node connection) must
+            # see the host roots themselves, so a simulator with real nodes copies them.
+            mode = "copy" if (self.cluster.load() or {}).get("kubelet_access") else None
+            if (mode or os.environ.get(hostroot.HOST_ROOTS_ENV)) != "copy":
                 with open(layers + ".lock", "w") as layers_lock:
                     fcntl.flock(layers_lock, fcntl.LOCK_EX)
                     hostroot.mount_tmpfs(layers)  # the nodes' own layers in memory, where allowed
-            return hostroot.Template(os.path.join(path, "root"), self.base, node, layers=layers)
+            return hostroot.Template(os.path.join(path, "root"), self.base, node, layers=layers, mode=mode)
 
     def ensure_gpu_operator_driver(self):
         """The GPU Operator's driver DaemonSet (nvidia-driver-daemonset in gpu-operator),

@@ -349,10 +349,11 @@ class Template(object):
     hold them (``node.env``, the hostname, the boot ID, the boot's line in
     ``actions.log``); timestamps in the journal are those of the template's boot."""
 
-    def __init__(self, root, base, node, layers=None):
+    def __init__(self, root, base, node, layers=None, mode=None):
         """``layers``: where the nodes' own layers go (a directory per node; by default
         beside each node's root), best a tmpfs (``mount_tmpfs``): on a disk every
-        directory and file they start with costs a journalled write."""
+        directory and file they start with costs a journalled write. ``mode``:
+        ``overlay`` or ``copy``, over ``NODEWRIGHT_SIM_HOST_ROOTS``."""
         self.root = root
         self.layers = layers
         ready = root + ".ready"
@@ -366,7 +367,7 @@ class Template(object):
         self.plan = self._scan()
         self.personal = [item for item in self.plan if item[0] == "f" and item[4]]
         self.dir_modes = {item[1]: item[2] for item in self.plan if item[0] == "d"}
-        mode = os.environ.get(HOST_ROOTS_ENV, "")
+        mode = mode or os.environ.get(HOST_ROOTS_ENV, "")
         if mode not in ("", "overlay", "copy"):
             raise HostRootError("%s must be overlay or copy, not %r" % (HOST_ROOTS_ENV, mode))
         # None: overlay mounts not tried yet; the first clone finds out.
