@@ -211,12 +211,17 @@ def machine_state():
 
 
 def processes_of(name):
-    """Processes that belong to simulator ``name`` (by cgroup or command line)."""
+    """Processes that belong to simulator ``name`` (by cgroup or command line). A zombie
+    (ended, waiting for its new parent, the machine's init, to reap it) holds nothing
+    and is left out."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
+            with open("/proc/%s/stat" % pid) as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
             with open("/proc/%s/cgroup" % pid) as fh:
                 cg = fh.read()
             with open("/proc/%s/cmdline" % pid, "rb") as fh:
