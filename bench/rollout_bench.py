@@ -70,6 +70,32 @@ def tree_rss_mib(root_pid):
     return rss_kib(tree_pids(root_pid)) / 1024.0
 
 
+def playbook_command(tool, names, batch, workdir, resource):
+    """``(argv, environment)`` of the no-op walk of ``names``: NodeWright's rollout.yml of
+    ``resource`` through the k8s_nodes inventory, or the kubernetes.core playbook an
+    operator would otherwise write (``serial: batch``, a static inventory)."""
+    if tool == "kubernetes.core":
+        from drain_bench import ensure_kubernetes_core
+        inv = os.path.join(workdir, "nodes.ini")
+        with open(inv, "w") as fh:
+            fh.write("[nodes]\n" + "".join("%s ansible_connection=local ansible_python_interpreter=%s\n"
+                                           % (name, sys.executable) for name in names))
+        play = os.path.join(workdir, "baseline.yml")
+        with open(play, "w") as fh:
+            fh.write(BASELINE_PLAY % {"batch": batch})
+        return ([os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, play],
+                {"ANSIBLE_COLLECTIONS_PATH": ensure_kubernetes_core()})
+    inv = os.path.join(workdir, "fleet.k8s_nodes.yml")
+    with open(inv, "w") as fh:
+        yaml.safe_dump({"plugin": "nodewright.fleet.k8s_nodes", "label_selectors": "type=kwok",
+                        "connection": "local"}, fh)
+    return ([os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, os.path.join(REPO, "playbooks", "rollout.yml"),
+             "-e", "nodewright_resource=" + resource],
+            {"ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".collections"),
+             "ANSIBLE_CALLBACKS_ENABLED": "nodewright.fleet.report",
+             "NODEWRIGHT_REPORT_PATH": os.path.join(workdir, "report.json")})
+
+
 def run(nodes, batch, forks, workdir, tool="nodewright"):
     cluster = Cluster("bench-rollout")
     if cluster.running():
@@ -97,27 +123,8 @@ def run(nodes, batch, forks, workdir, tool="nodewright"):
                      "packages": {"shellscript": {"version": "1.0.0"}}}})
         env = dict(os.environ, KUBECONFIG=cluster.kubeconfig, ANSIBLE_FORKS=str(forks),
                    ANSIBLE_DEPRECATION_WARNINGS="false", ANSIBLE_LOCALHOST_WARNING="false")
-        if tool == "kubernetes.core":
-            from drain_bench import ensure_kubernetes_core
-            inv = os.path.join(workdir, "nodes.ini")
-            with open(inv, "w") as fh:
-                fh.write("[nodes]\n" + "".join("%s ansible_connection=local ansible_python_interpreter=%s\n"
-                                               % (name, sys.executable) for name in names))
-            play = os.path.join(workdir, "baseline.yml")
-            with open(play, "w") as fh:
-                fh.write(BASELINE_PLAY % {"batch": batch})
-            env["ANSIBLE_COLLECTIONS_PATH"] = ensure_kubernetes_core()
-            cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, play]
-        else:
-            inv = os.path.join(workdir, "fleet.k8s_nodes.yml")
-            with open(inv, "w") as fh:
-                yaml.safe_dump({"plugin": "nodewright.fleet.k8s_nodes", "label_selectors": "type=kwok",
-                                "connection": "local"}, fh)
-            env.update(ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
-                       ANSIBLE_CALLBACKS_ENABLED="nodewright.fleet.report",
-                       NODEWRIGHT_REPORT_PATH=os.path.join(workdir, "report.json"))
-            cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv,
-                   os.path.join(REPO, "playbooks", "rollout.yml"), "-e", "nodewright_resource=bench-noop"]
+        cmd, more = playbook_command(tool, names, batch, workdir, "bench-noop")
+        env.update(more)
         log = open(os.path.join(workdir, "rollout.log"), "w")
         start = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -45,11 +45,10 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "simulator"))
 sys.path.insert(0, HERE)
 
-import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
-from nodewright_sim.cluster import Cluster  # noqa: E402
+from nodewright_sim.cluster import Cluster, tree_pids  # noqa: E402
 from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
-from rollout_bench import BASELINE_PLAY, tree_rss_mib  # noqa: E402
+from rollout_bench import playbook_command, tree_rss_mib  # noqa: E402
 
 GROUP, VERSION = "nodewright.io", "v1alpha1"
 VENV_BIN = os.path.dirname(sys.executable)
@@ -60,19 +59,8 @@ RESOURCE = "bench-noop"
 def tree_pss_mib(root_pid):
     """Proportional set size of a process and all its descendants: pages the forked
     workers share with the controller counted once, not once per worker as RSS is."""
-    children = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as fh:
-                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
-        except (OSError, IndexError, ValueError):
-            continue
-    total, stack = 0, [root_pid]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
+    total = 0
+    for pid in tree_pids(root_pid):
         try:
             with open("/proc/%d/smaps_rollup" % pid) as fh:
                 for line in fh:
@@ -139,27 +127,9 @@ def run_tool(tool, cluster, fleet, custom, names, batch, forks, work):
     if tool == "floor":
         cmd = [sys.executable, os.path.join(HERE, "floor.py"), "--kubeconfig", cluster.kubeconfig,
                "--threads", "25"]
-    elif tool == "kubernetes.core":
-        from drain_bench import ensure_kubernetes_core
-        inv = os.path.join(work, "nodes.ini")
-        with open(inv, "w") as fh:
-            fh.write("[nodes]\n" + "".join("%s ansible_connection=local ansible_python_interpreter=%s\n"
-                                           % (name, sys.executable) for name in names))
-        play = os.path.join(work, "baseline.yml")
-        with open(play, "w") as fh:
-            fh.write(BASELINE_PLAY % {"batch": batch})
-        env["ANSIBLE_COLLECTIONS_PATH"] = ensure_kubernetes_core()
-        cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, play]
     else:
-        inv = os.path.join(work, "fleet.k8s_nodes.yml")
-        with open(inv, "w") as fh:
-            yaml.safe_dump({"plugin": "nodewright.fleet.k8s_nodes", "label_selectors": "type=kwok",
-                            "connection": "local"}, fh)
-        env.update(ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
-                   ANSIBLE_CALLBACKS_ENABLED="nodewright.fleet.report",
-                   NODEWRIGHT_REPORT_PATH=os.path.join(work, "report.json"))
-        cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv,
-               os.path.join(REPO, "playbooks", "rollout.yml"), "-e", "nodewright_resource=" + RESOURCE]
+        cmd, more = playbook_command(tool, names, batch, work, RESOURCE)
+        env.update(more)
     rc, wall, cpu, peak, pss = measure(cmd, env, os.path.join(work, tool + ".log"))
     if tool == "floor":
         done = len(fleet.node_names("bench.nodewright.io/floor=done"))
