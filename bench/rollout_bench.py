@@ -70,6 +70,24 @@ def tree_rss_mib(root_pid):
     return rss_kib(tree_pids(root_pid)) / 1024.0
 
 
+def install_bench_resources(cluster, fleet, batch, resource):
+    """The CRDs, a DeploymentPolicy of fixed batches of ``batch`` and the no-op resource
+    ``resource`` over every kwok node; the custom objects API."""
+    subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", "install_crds.yml")],
+                   check=True, capture_output=True,
+                   env=dict(os.environ, KUBECONFIG=cluster.kubeconfig,
+                            ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections")))
+    custom = client.CustomObjectsApi(fleet.api)
+    custom.create_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "DeploymentPolicy", "metadata": {"name": "bench"},
+        "spec": {"default": {"budget": {"count": batch}, "strategy": {"fixed": {"initialBatch": batch}}}}})
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "NodeWright", "metadata": {"name": resource},
+        "spec": {"nodeSelectors": {"matchLabels": {"type": "kwok"}}, "deploymentPolicy": "bench",
+                 "packages": {"shellscript": {"version": "1.0.0"}}}})
+    return custom
+
+
 def playbook_command(tool, names, batch, workdir, resource):
     """``(argv, environment)`` of the no-op walk of ``names``: NodeWright's rollout.yml of
     ``resource`` through the k8s_nodes inventory, or the kubernetes.core playbook an
@@ -109,18 +127,7 @@ def run(nodes, batch, forks, workdir, tool="nodewright"):
         names = fleet.add_nodes("h100", per_pool, workers=16) + fleet.add_nodes("b200", nodes - per_pool, workers=16)
         fleet.wait_ready(len(names), timeout=600)
         setup = time.time() - t0
-        subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
-                        os.path.join(REPO, "playbooks", "install_crds.yml")], check=True, capture_output=True,
-                       env=dict(os.environ, KUBECONFIG=cluster.kubeconfig,
-                                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections")))
-        custom = client.CustomObjectsApi(fleet.api)
-        custom.create_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", {
-            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "DeploymentPolicy", "metadata": {"name": "bench"},
-            "spec": {"default": {"budget": {"count": batch}, "strategy": {"fixed": {"initialBatch": batch}}}}})
-        custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", {
-            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "NodeWright", "metadata": {"name": "bench-noop"},
-            "spec": {"nodeSelectors": {"matchLabels": {"type": "kwok"}}, "deploymentPolicy": "bench",
-                     "packages": {"shellscript": {"version": "1.0.0"}}}})
+        custom = install_bench_resources(cluster, fleet, batch, "bench-noop")
         env = dict(os.environ, KUBECONFIG=cluster.kubeconfig, ANSIBLE_FORKS=str(forks),
                    ANSIBLE_DEPRECATION_WARNINGS="false", ANSIBLE_LOCALHOST_WARNING="false")
         cmd, more = playbook_command(tool, names, batch, workdir, "bench-noop")

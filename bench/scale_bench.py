@@ -45,10 +45,9 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "simulator"))
 sys.path.insert(0, HERE)
 
-from kubernetes import client  # noqa: E402
 from nodewright_sim.cluster import Cluster, tree_pids  # noqa: E402
 from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
-from rollout_bench import playbook_command, tree_rss_mib  # noqa: E402
+from rollout_bench import install_bench_resources, playbook_command, tree_rss_mib  # noqa: E402
 
 GROUP, VERSION = "nodewright.io", "v1alpha1"
 VENV_BIN = os.path.dirname(sys.executable)
@@ -106,18 +105,7 @@ def make_fleet(name, nodes, batch):
     half = nodes // 2
     names = fleet.add_nodes("h100", half) + fleet.add_nodes("b200", nodes - half)
     fleet.wait_ready(len(names), timeout=900)
-    subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", "install_crds.yml")],
-                   check=True, capture_output=True,
-                   env=dict(os.environ, KUBECONFIG=cluster.kubeconfig,
-                            ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections")))
-    custom = client.CustomObjectsApi(fleet.api)
-    custom.create_cluster_custom_object(GROUP, VERSION, "deploymentpolicies", {
-        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "DeploymentPolicy", "metadata": {"name": "bench"},
-        "spec": {"default": {"budget": {"count": batch}, "strategy": {"fixed": {"initialBatch": batch}}}}})
-    custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", {
-        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "NodeWright", "metadata": {"name": RESOURCE},
-        "spec": {"nodeSelectors": {"matchLabels": {"type": "kwok"}}, "deploymentPolicy": "bench",
-                 "packages": {"shellscript": {"version": "1.0.0"}}}})
+    custom = install_bench_resources(cluster, fleet, batch, RESOURCE)
     return cluster, fleet, custom, names
 
 

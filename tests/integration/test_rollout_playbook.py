@@ -368,16 +368,21 @@ def test_a_reboot_reapplies_the_packages_when_asked(sim, tmp_path):
     assert fleet.plan(asked)["nodes"][n1]["actions"] == {"shellscript": "none"}, "once per reboot"
 
 
+def one_node_resource(sim, tmp_path, prefix):
+    """One H200 node and a resource whose script writes /etc/<prefix>-test (and checks it)."""
+    fleet = Fleet(sim, tmp_path, [("h200", 1)])
+    res = "%s-%s" % (prefix, fleet.label)
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/%s-test\n" % prefix,
+                                                        "apply_check.sh": "test -s /etc/%s-test\n" % prefix}))
+    return fleet, fleet.nodes[0], res
+
+
 def test_a_node_left_cordoned_by_a_crashed_run_of_the_resource_returns_to_work(sim, tmp_path):
     # A run killed between its cordon and its uncordon leaves the node cordoned by NodeWright
     # for this resource and in progress: the rerun finishes it and uncordons it, even when
     # what is left to do disrupts nothing.
     from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops
-    fleet = Fleet(sim, tmp_path, [("h200", 1)])
-    (node,) = fleet.nodes
-    res = "resume-" + fleet.label
-    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/resume-test\n",
-                                                        "apply_check.sh": "test -s /etc/resume-test\n"}))
+    fleet, node, res = one_node_resource(sim, tmp_path, "resume")
     crashed = ops.cordon_patch("cordon", reason="NodeWright %s" % res, resource=res)
     crashed["metadata"]["labels"] = {"nodewright.io/status-%s" % res: "in_progress"}
     sim.core.patch_node(node, crashed)
@@ -391,11 +396,7 @@ def test_a_node_left_cordoned_by_a_crashed_run_of_the_resource_returns_to_work(s
 def test_a_limit_without_localhost_is_refused_before_any_node_is_touched(sim, tmp_path):
     # rollout.yml plans on localhost first: a --limit that leaves it out must not end in a
     # run that did nothing and said nothing.
-    fleet = Fleet(sim, tmp_path, [("h200", 1)])
-    (node,) = fleet.nodes
-    res = "limit-" + fleet.label
-    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/limit-test\n",
-                                                        "apply_check.sh": "test -s /etc/limit-test\n"}))
+    fleet, node, res = one_node_resource(sim, tmp_path, "limit")
     before = sim.core.read_node(node).metadata.resource_version
     proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res, "--limit", node)
     assert proc.returncode != 0

@@ -284,8 +284,14 @@ def has_work(specs, node, resource_name, desired=None, cache=None):
     (A node another run has finished since this run planned has none.)"""
     if node_state.unreadable(node, resource_name):
         return True
-    return bool(node_plan(specs, node, resource_name, desired=desired, cache=cache)["changed"]
-                or _unfinished(node, resource_name))
+    return _work_left(node_plan(specs, node, resource_name, desired=desired, cache=cache), node, resource_name)
+
+
+def _work_left(plan, node, resource_name):
+    """A node has work when its plan runs something, or a sequence was left unfinished on it
+    (a crash after its packages ran, before it was marked complete; or an error): the safe
+    sequence resumes or retries it."""
+    return bool(plan["changed"] or _unfinished(node, resource_name))
 
 
 def _unfinished(node, resource_name):
@@ -337,11 +343,8 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
     policy = policy_for(resource, policies)
     bad = {m["node"] for m in malformed}
     deleting = bool(((original or {}).get("metadata") or {}).get("deletionTimestamp"))
-    # A node left mid-sequence (a crash after its packages ran, before it was marked
-    # complete) or marked erroring is work too: the safe sequence resumes or retries it.
     # A node whose state cannot be read is left alone until it is fixed or reset.
-    work = [] if deleting else [t for t in targets if t not in bad
-                                and (plans[t]["changed"] or _unfinished(by_name[t], name))]
+    work = [] if deleting else [t for t in targets if t not in bad and _work_left(plans[t], by_name[t], name)]
     sticky = node_priority(original)
     packages = spec.get("packages") or {}
     return {
