@@ -326,6 +326,12 @@ class StrategyModule(LinearStrategyModule):
         fleet = self._nw_fleet
         if fleet is not None and fleet.active is not None:
             fleet.active.tick()
+        if not self._results:
+            # Nothing has come back yet. The base method (wrapped for the task debugger) would first
+            # copy the state of every host of the play, then find nothing to read; the linear
+            # strategy polls it every millisecond while a wave's workers run, so with thousands of
+            # hosts that copy grew into the controller's largest cost.
+            return []
         return super(StrategyModule, self)._process_pending_results(iterator, one_pass=one_pass,
                                                                     max_passes=max_passes)
 
