@@ -102,6 +102,7 @@ import time
 
 from ansible import constants as C
 from ansible.errors import AnsibleError
+from ansible.plugins.strategy import StrategyBase
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 from ansible.template import Templar
 from ansible.utils.display import Display
@@ -294,6 +295,18 @@ class StrategyHooks(RunHooks):
         return outcomes
 
 
+# ansible-core wraps StrategyBase._process_pending_results for the task debugger (with
+# functools.wraps); the wrapper first copies the state of every host of the play, so that a
+# debugger "redo" can roll a host back.
+_READ_RESULTS = getattr(StrategyBase._process_pending_results, "__wrapped__", None)
+
+
+def _result_key(result):
+    host = getattr(result, "host", None) or result._host
+    task = getattr(result, "task", None) or result._task
+    return host.name, task._uuid
+
+
 class StrategyModule(LinearStrategyModule):
     """The ``linear`` strategy, run once per wave over the hosts the driver admits."""
 
@@ -332,8 +345,28 @@ class StrategyModule(LinearStrategyModule):
             # strategy polls it every millisecond while a wave's workers run, so with thousands of
             # hosts that copy grew into the controller's largest cost.
             return []
-        return super(StrategyModule, self)._process_pending_results(iterator, one_pass=one_pass,
-                                                                    max_passes=max_passes)
+        if _READ_RESULTS is None or self._nw_debugger_possible():
+            return super(StrategyModule, self)._process_pending_results(iterator, one_pass=one_pass,
+                                                                        max_passes=max_passes)
+        # No task waiting for its result can start the task debugger, so nothing needs the copy
+        # of every host's state that the debugger's wrapper takes first: at thousands of hosts
+        # that copy cost the controller more than processing the results did. What else the
+        # wrapper does is done here: each result's queued task is forgotten.
+        results = _READ_RESULTS(self, iterator, one_pass=one_pass, max_passes=max_passes)
+        for result in results:
+            self._queued_task_cache.pop(_result_key(result), None)
+        return results
+
+    def _nw_debugger_possible(self):
+        """Whether a result now awaited could start the task debugger (enabled for every task,
+        or a ``debugger`` keyword other than ``never`` on a task waiting for its result)."""
+        if self.debugger_active:
+            return True
+        for queued in self._queued_task_cache.values():
+            task = queued.get("task")
+            if task is not None and getattr(task, "debugger", None) not in (None, "", "never"):
+                return True
+        return False
 
     # ------------------------------------------------------------------ run
 

@@ -2,9 +2,10 @@
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
 """The rollout strategy's result polling: the linear strategy asks for results every
-millisecond while a wave's workers run. With nothing to read, the answer must not cost
-anything that grows with the inventory (ansible-core's wrapper copies the state of every
-host of the play before reading)."""
+millisecond while a wave's workers run. Unless the task debugger can start, neither a poll
+with nothing to read nor the reading of results may cost anything that grows with the
+inventory (ansible-core's debugger wrapper copies the state of every host of the play
+before reading)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 
+from ansible_collections.nodewright.fleet.plugins.strategy import rollout
 from ansible_collections.nodewright.fleet.plugins.strategy.rollout import StrategyModule
 
 pytestmark = pytest.mark.unit
@@ -33,7 +35,50 @@ def _strategy():
     strategy._nw_fleet = None
     strategy._results = collections.deque()
     strategy._results_lock = threading.Lock()
+    strategy._queued_task_cache = {}
+    strategy.debugger_active = False
     return strategy
+
+
+class _Named:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Task:
+    def __init__(self, uuid, debugger=None):
+        self._uuid = uuid
+        self.debugger = debugger
+
+
+class _Result:
+    def __init__(self, host, task):
+        self.host = _Named(host)
+        self.task = task
+
+
+def _queue(strategy, host, task):
+    strategy._queued_task_cache[(host, task._uuid)] = {"host": _Named(host), "task": task, "task_vars": {},
+                                                        "play_context": None}
+    strategy._results.append(_Result(host, task))
+
+
+def _read_with(monkeypatch):
+    """The base method without its debugger wrapper: hands back what came in."""
+    def read(self, iterator, one_pass=False, max_passes=None):
+        out = list(self._results)
+        self._results.clear()
+        return out
+    monkeypatch.setattr(rollout, "_READ_RESULTS", read)
+
+
+def _wrapped_with(monkeypatch, calls):
+    def process(self, iterator, one_pass=False, max_passes=None):
+        calls.append((iterator, one_pass, max_passes))
+        out = list(self._results)
+        self._results.clear()
+        return out
+    monkeypatch.setattr(LinearStrategyModule, "_process_pending_results", process)
 
 
 def test_polling_with_no_result_back_reads_no_host_state(monkeypatch):
@@ -44,19 +89,58 @@ def test_polling_with_no_result_back_reads_no_host_state(monkeypatch):
     assert not calls
 
 
-def test_a_result_back_is_processed_by_the_linear_strategy(monkeypatch):
-    seen = []
-
-    def process(self, iterator, one_pass=False, max_passes=None):
-        seen.append((iterator, one_pass, max_passes))
-        return [self._results.popleft()]
-
-    monkeypatch.setattr(LinearStrategyModule, "_process_pending_results", process)
+def test_results_are_read_without_copying_every_host_state_when_no_debugger_can_start(monkeypatch):
+    calls = []
+    _read_with(monkeypatch)
+    _wrapped_with(monkeypatch, calls)
     strategy = _strategy()
-    strategy._results.append("result")
+    task = _Task("u1")
+    _queue(strategy, "node-1", task)
+    _queue(strategy, "node-2", task)
+    results = strategy._process_pending_results(_Iterator(), max_passes=2)
+    assert [r.host.name for r in results] == ["node-1", "node-2"]
+    assert not calls
+    assert strategy._queued_task_cache == {}  # each result's queued task is forgotten, as the wrapper does
+
+
+def test_a_task_that_never_starts_the_debugger_is_read_the_short_way(monkeypatch):
+    calls = []
+    _read_with(monkeypatch)
+    _wrapped_with(monkeypatch, calls)
+    strategy = _strategy()
+    _queue(strategy, "node-1", _Task("u1", debugger="never"))
+    assert len(strategy._process_pending_results(_Iterator())) == 1
+    assert not calls
+
+
+@pytest.mark.parametrize("debugger", ["on_failed", "always", "on_unreachable", "on_skipped", "{{ dbg }}"])
+def test_a_task_that_can_start_the_debugger_keeps_ansible_cores_wrapper(monkeypatch, debugger):
+    calls = []
+    _read_with(monkeypatch)
+    _wrapped_with(monkeypatch, calls)
+    strategy = _strategy()
+    _queue(strategy, "node-1", _Task("u1"))
+    _queue(strategy, "node-2", _Task("u2", debugger=debugger))
     iterator = object()
-    assert strategy._process_pending_results(iterator, one_pass=True, max_passes=3) == ["result"]
-    assert seen == [(iterator, True, 3)]
+    assert len(strategy._process_pending_results(iterator, one_pass=True, max_passes=3)) == 2
+    assert calls == [(iterator, True, 3)]
+
+
+def test_the_debugger_enabled_for_every_task_keeps_ansible_cores_wrapper(monkeypatch):
+    calls = []
+    _read_with(monkeypatch)
+    _wrapped_with(monkeypatch, calls)
+    strategy = _strategy()
+    strategy.debugger_active = True
+    _queue(strategy, "node-1", _Task("u1"))
+    strategy._process_pending_results(_Iterator())
+    assert len(calls) == 1
+
+
+def test_the_debugger_wrapper_is_what_ansible_core_wraps():
+    """The short way reads results with the very method the debugger wrapper wraps."""
+    from ansible.plugins.strategy import StrategyBase
+    assert rollout._READ_RESULTS is StrategyBase._process_pending_results.__wrapped__
 
 
 def test_reservations_are_renewed_on_every_poll(monkeypatch):
