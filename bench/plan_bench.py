@@ -27,9 +27,9 @@ Two commands, alternating, ``--runs`` times each:
   -i localhost.ini playbooks/rollout.yml --check --limit localhost`` (localhost.ini:
   the controller as ``localhost ansible_connection=local``, which the limit needs). Check mode and the limit keep
   the run to planning: the first play reads the inventory (the plugin lists every
-  node) and the desired state, puts the nodes with work in the rollout group and says
-  what would happen; the rollout play then has no host in the limit and does not
-  start, and the status play only predicts (check mode). The benchmark checks
+  node) and the desired state, plans every node and says what would happen; the
+  rollout play then has no node in the limit (only localhost) and is skipped, and the
+  status play only predicts (check mode). The benchmark checks
   afterwards that no node and no resource was written to.
 
 Per run: wall time, CPU seconds of the process and every descendant it reaped
@@ -182,7 +182,7 @@ def report(samples, info, args):
         "- `rollout.yml planning`: `ansible-playbook -i inventory/all-gpus.k8s_nodes.yml -i localhost.ini",
         "  playbooks/rollout.yml --check --limit localhost` (localhost.ini: `localhost ansible_connection=local`,",
         "  which the limit needs): the inventory (every node) and the first play; the rollout play has no",
-        "  host in the limit and does not start, the status play only predicts (check mode). After all runs,",
+        "  node in the limit and is skipped, the status play only predicts (check mode). After all runs,",
         "  %d nodes carried a NodeWright label or annotation and %d resources a status (nothing was written)." % (
             info["written"][0], info["written"][1]),
         "",
