@@ -696,10 +696,16 @@ def test_a_reboot_stops_the_kubelet_and_the_node_comes_back_with_a_new_boot_id(r
         assert real.ready(node)
         assert any(status != "True" for status, _ in history), "the node went NotReady: %s" % history
         assert "boot %s" % after_id in real.host_file(node, "/var/lib/nodewright-sim/actions.log")
-        # Its pod's container was killed with the node and started again by the new kubelet.
-        wait_for(lambda: running_ready(real, ns, "app=survivor", node), timeout=60, what="the survivor back")
-        pod = real.core.read_namespaced_pod(before_pod.metadata.name, ns)
-        assert pod.status.container_statuses[0].container_id != before_pod.status.container_statuses[0].container_id
+        # Its pod's container was killed with the node and started again by the new kubelet. Right
+        # after the node is Ready the pod's status can still be the one the old kubelet wrote, so
+        # wait for the new kubelet's: the same pod, running and ready with a new container.
+        old_container = before_pod.status.container_statuses[0].container_id
+
+        def restarted():
+            return [p for p in running_ready(real, ns, "app=survivor", node)
+                    if p.metadata.name == before_pod.metadata.name
+                    and p.status.container_statuses[0].container_id != old_container]
+        wait_for(restarted, timeout=90, what="the survivor back with a new container")
         assert real.node_pods(node) == []
     finally:
         seen.stop()
