@@ -47,10 +47,8 @@ sys.path.insert(0, HERE)
 
 from nodewright_sim.cluster import Cluster, tree_pids  # noqa: E402
 from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
-from rollout_bench import install_bench_resources, playbook_command, tree_rss_mib  # noqa: E402
+from rollout_bench import GROUP, VERSION, install_bench_resources, playbook_command, tree_rss_mib  # noqa: E402
 
-GROUP, VERSION = "nodewright.io", "v1alpha1"
-VENV_BIN = os.path.dirname(sys.executable)
 TOOLS = ("nodewright", "kubernetes.core", "floor")
 RESOURCE = "bench-noop"
 

@@ -89,29 +89,30 @@ def translate(args):
     if args.context:
         argv += ["--context", args.context]
     env = {}
+
+    def only(resource):
+        return ["--resource", resource] if resource else []
     out = getattr(args, "output", None)
     structured = out in ("json", "yaml")
-    if args.namespace is not None and not (args.command == "package"):
+    if args.namespace is not None and args.command != "package":
         raise SystemExit("kubectl nodewright %s: error: NodeWright resources and nodes are cluster-scoped; "
                          "-n/--namespace applies to package logs only" % args.command)
     if args.command == "status":
-        argv += ["status"] + (["--resource", args.resource] if args.resource else [])
+        argv += ["status"] + only(args.resource)
     elif args.command == "node" and args.node_command == "list":
-        argv += ["node", "list"] + (["--resource", args.resource] if args.resource else [])
+        argv += ["node", "list"] + only(args.resource)
     elif args.command == "node":
         argv += ["node", "status", args.node]
     elif args.command == "package":
-        argv += ["package", "logs", args.node, args.package]
-        for flag in ("resource", "stage"):
-            if getattr(args, flag):
-                argv += ["--" + flag, getattr(args, flag)]
+        argv += ["package", "logs", args.node, args.package] + only(args.resource)
+        argv += ["--stage", args.stage] if args.stage else []
         argv += (["--all"] if args.all else []) + (["-f"] if args.follow else [])
         if args.namespace is not None:
             env[NODE_POD_NAMESPACE_ENV] = args.namespace
     elif args.command in ("pause", "resume"):
         argv += [args.command, args.resource]
     elif args.command == "reset":
-        argv += ["reset", args.node] + (["--resource", args.resource] if args.resource else [])
+        argv += ["reset", args.node] + only(args.resource)
     elif args.command == "version":
         argv += ["version"]
     if structured:

@@ -63,21 +63,22 @@ def _queue(strategy, host, task):
     strategy._results.append(_Result(host, task))
 
 
+def _drain(strategy):
+    out = list(strategy._results)
+    strategy._results.clear()
+    return out
+
+
 def _read_with(monkeypatch):
     """The base method without its debugger wrapper: hands back what came in."""
-    def read(self, iterator, one_pass=False, max_passes=None):
-        out = list(self._results)
-        self._results.clear()
-        return out
-    monkeypatch.setattr(rollout, "_READ_RESULTS", read)
+    monkeypatch.setattr(rollout, "_READ_RESULTS", lambda self, iterator, one_pass=False, max_passes=None: _drain(self))
 
 
 def _wrapped_with(monkeypatch, calls):
+    """The base method with its debugger wrapper: records each call, hands back what came in."""
     def process(self, iterator, one_pass=False, max_passes=None):
         calls.append((iterator, one_pass, max_passes))
-        out = list(self._results)
-        self._results.clear()
-        return out
+        return _drain(self)
     monkeypatch.setattr(LinearStrategyModule, "_process_pending_results", process)
 
 
