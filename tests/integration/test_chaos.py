@@ -130,8 +130,9 @@ def log_lines(sim, node):
 
 
 def crash_and_rerun(fleet, res, rng, kills, record):
-    """Start the rollout, kill its whole tree at a random moment, ``kills`` times (a run
-    that finishes first counts as no kill); then one run to the end."""
+    """Start the rollout and kill its whole tree at a random moment, up to ``kills``
+    times; a run that finishes first has done the phase's work, so the phase has no
+    more kills. Then one run to the end."""
     done = 0
     attempts = 0
     while done < kills and attempts < kills * 6:
@@ -142,14 +143,29 @@ def crash_and_rerun(fleet, res, rng, kills, record):
         deadline = time.time() + delay
         while time.time() < deadline and proc.poll() is None:
             time.sleep(0.1)
-        if proc.poll() is None:
-            kill_tree(proc.pid)
-            proc.wait()
-            done += 1
-            record.append(round(delay, 1))
+        if proc.poll() is not None:
+            break
+        kill_tree(proc.pid)
+        proc.wait()
+        done += 1
+        record.append(round(delay, 1))
     final = fleet.finished(fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, "-e",
                                        "nodewright_rollout_capacity_timeout=120", name="final-%d" % len(record)))
     return final
+
+
+def phases(tmp_path):
+    """Apply 1.0.0, then config changes and upgrades in turn, as many as the kills need."""
+    yield "apply 1.0.0", "1.0.0", "a", None
+    version, source = "1.0.0", None
+    for number in range(1, 12):
+        setting = chr(ord("a") + (number + 1) // 2)
+        if number % 2:
+            yield "config change to %s" % setting, version, setting, source
+        else:
+            version = "%d.0.0" % (number // 2 + 1)
+            source = package_version(tmp_path, version)
+            yield "upgrade %s" % version, version, chr(ord("a") + number // 2), source
 
 
 def assert_clean(fleet, res, version, reboots_before, reboots, phase):
@@ -175,26 +191,29 @@ def test_random_crashes_never_repeat_a_step_or_a_reboot(sim, tmp_path):
     fleet.create("DeploymentPolicy", fleet.policy, {"default": {"budget": {"count": 2},
                                                                 "strategy": {"fixed": {"initialBatch": 2}}}})
     res = "chaos-" + fleet.label
-    phases = [("apply 1.0.0", "1.0.0", "a", None), ("config change", "1.0.0", "b", None),
-              ("upgrade 2.0.0", "2.0.0", "b", package_version(tmp_path, "2.0.0"))]
-    per_phase = [kills // 3 + (1 if i < kills % 3 else 0) for i in range(3)]
+    per_phase = -(-kills // 3)
     record = []
+    ran = []
     with Reboots(sim, fleet.nodes) as reboots:
-        for (phase, version, setting, source), phase_kills in zip(phases, per_phase):
+        for phase, version, setting, source in phases(tmp_path):
+            if len(ran) >= 3 and len(record) >= kills:
+                break
             body = spec(fleet, version, setting, source)
-            if phase == "apply 1.0.0":
+            if not ran:
                 fleet.create("NodeWright", res, body)
             else:
                 fleet.custom.patch_cluster_custom_object("nodewright.io", "v1alpha1", "nodewrights", res,
                                                          {"spec": body})
+            ran.append(phase)
             before = reboots.count()
-            final = crash_and_rerun(fleet, res, rng, phase_kills, record)
+            final = crash_and_rerun(fleet, res, rng, min(per_phase, max(1, kills - len(record))), record)
             assert final.returncode == 0, (phase, seed, final.output[-4000:])
             wait_for(lambda: all(fleet.sim.core.read_node(n).status.node_info.boot_id == reboots.boots[n][-1]
                                  for n in fleet.nodes), what="the watch caught up", timeout=120)
             assert_clean(fleet, res, version, before, reboots, phase)
-    assert len(record) >= 10, "only %d kills landed (seed %d)" % (len(record), seed)
-    print("chaos: %d kills at %s s; every node complete, 0 steps run twice, 0 extra reboots" % (len(record), record))
+    assert len(record) >= kills, "only %d kills landed in %s (seed %d)" % (len(record), ran, seed)
+    print("chaos: %d kills at %s s over %s; every node complete, 0 steps run twice, 0 extra reboots"
+          % (len(record), record, ran))
 
 
 def test_the_api_server_restarting_mid_wave_fails_cleanly_and_the_rerun_completes(sim, tmp_path):
