@@ -42,6 +42,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.modules import maintain as maintain_module
 
 # The strategy loads this plugin in the controller before it forks a worker per node.
@@ -93,6 +94,17 @@ class _Untouched(NodeWrightError):
     def __init__(self, message, result):
         super(_Untouched, self).__init__(message)
         self.result = result
+
+
+def node_packages(packages, images, arch):
+    """The resource's package specs for one node: a package from an image index of
+    several platforms (``images``, from planning) is taken from the index, so that the
+    package action unpacks the variant of the node's architecture ``arch`` (every
+    variant the targets need was pulled and checked when the run was planned)."""
+    if not packages or not images or not arch:
+        return packages
+    return [dict(spec, src=images[spec.get("name")]["reference"]) if spec.get("name") in images else spec
+            for spec in packages]
 
 
 def _truthy(value):
@@ -250,8 +262,10 @@ class _Sequence(object):
                 task_vars, "safe_update_non_interruptible_selector", "")
         self.selector = selector or ""
         packages = args.get("packages")
+        self.images = None
         if packages is None and self.entry:
             packages = self.entry.get("packages")
+            self.images = self.entry.get("images")
         self.packages = packages
         self.interrupt = args.get("interrupt") or {"type": "noop"}
         self.host_root = args.get("host_root") or action._var(task_vars, "safe_update_host_root") or \
@@ -410,12 +424,15 @@ class _Sequence(object):
     def run_packages(self, phase):
         if self.packages is None:
             return None
-        args = {"packages": self.packages, "host_root": self.host_root, "resource": self.resource, "phase": phase,
+        arch = package_sources.node_architecture(self.node.node)
+        packages = node_packages(self.packages, self.images, arch)
+        args = {"packages": packages, "host_root": self.host_root, "resource": self.resource, "phase": phase,
                 "prune": bool(self.action._var(self.task_vars, "packages_prune", False)),
                 "keep_logs": int(self.action._var(self.task_vars, "packages_keep_logs", 5))}
+        task_vars = dict(self.task_vars, nodewright_node_architecture=arch) if arch else self.task_vars
         name = "Run the packages" if phase == "main" else "Run the packages' post-interrupt stages"
         try:
-            result = self.step(name, lambda: self.action.package_action(self.task_vars, args))
+            result = self.step(name, lambda: self.action.package_action(task_vars, args))
         except StepFailed as failure:
             self.remember_packages(failure.result)
             raise

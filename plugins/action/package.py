@@ -110,12 +110,20 @@ def check_config_keys(config, field):
 
 
 def node_arch(task_vars):
-    """The architecture of the host the task runs for, when the inventory knows it
-    (k8s_nodes' ``k8s_node.architecture``, or gathered facts); None otherwise."""
+    """The architecture of the host the task runs for, when known: the node's own (the
+    maintain action sets ``nodewright_node_architecture`` from the Node object), the
+    k8s_nodes inventory's ``k8s_node.node_info.architecture`` or its
+    ``kubernetes.io/arch`` label, or gathered facts; None otherwise (the controller's)."""
     task_vars = task_vars or {}
+    if task_vars.get("nodewright_node_architecture"):
+        return task_vars["nodewright_node_architecture"]
     node = task_vars.get("k8s_node")
-    if isinstance(node, dict) and node.get("architecture"):
-        return node["architecture"]
+    if isinstance(node, dict):
+        info = node.get("node_info") if isinstance(node.get("node_info"), dict) else {}
+        labels = node.get("labels") if isinstance(node.get("labels"), dict) else {}
+        for arch in (info.get("architecture"), labels.get("kubernetes.io/arch"), node.get("architecture")):
+            if arch:
+                return arch
     facts = task_vars.get("ansible_facts")
     if isinstance(facts, dict) and facts.get("architecture"):
         return facts["architecture"]

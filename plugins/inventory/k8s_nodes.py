@@ -79,6 +79,21 @@ options:
     description: Name of the host variable that holds all facts of a node.
     type: str
     default: k8s_node
+  node_facts:
+    description:
+      - Which facts the host variable O(host_var) keeps, by key (C(name) is always kept), of
+        C(creation_timestamp), C(labels), C(annotations), C(taints), C(unschedulable), C(ready),
+        C(ready_reason), C(conditions), C(node_info), C(capacity), C(allocatable), C(addresses),
+        C(provider_id), C(zone), C(pool), C(gpu), C(nodewright), C(ignored), C(pods). Unset, all of them.
+      - The default groups, O(compose), O(groups) and O(keyed_groups) still see every fact while the
+        inventory is built; only what the hosts carry afterwards is narrowed.
+      - For fleets of thousands of nodes synced into AWX/AAP (C(ansible-inventory --list)), whose
+        printing of every host variable is most of the run; for example
+        C([labels, gpu, ready, unschedulable, nodewright]).
+      - A play that reads a left-out fact gets an undefined variable. The rollout strategy reads
+        C(labels) and falls back to the API without them.
+    type: list
+    elements: str
   group_prefix:
     description: Prefix of the names of the default groups.
     type: str
@@ -197,6 +212,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import facts as nf
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import did_you_mean
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
     AUTH_OPTIONS,
@@ -300,6 +316,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         host_var = opt("host_var")
         if not _IDENTIFIER.match(host_var or ""):
             raise ValidationError("%r is not a valid variable name" % (host_var,), field="host_var")
+        keep = opt("node_facts")
+        if keep is not None:
+            bad = [k for k in keep if k not in nf.FACT_KEYS]
+            if bad:
+                near = did_you_mean(bad[0], nf.FACT_KEYS)
+                raise ValidationError("unknown fact(s) %s" % ", ".join(map(repr, bad)), field="node_facts",
+                                      hint=(near + " " if near else "") + "choose from %s" % ", ".join(nf.FACT_KEYS))
+            keep = tuple(["name"] + [k for k in nf.FACT_KEYS if k in keep and k != "name"])
         page_size = opt("page_size")
         if page_size < 1:
             raise ValidationError("must be at least 1, got %d" % page_size, field="page_size")
@@ -318,6 +342,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             "connection": opt("connection"),
             "address_preference": list(opt("address_preference") or []),
             "host_var": host_var,
+            "node_facts": keep,
             "group_prefix": nf.safe_group_part(opt("group_prefix")) if opt("group_prefix") else "",
             "group_kinds": kinds,
         }
@@ -486,6 +511,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         inv = self.inventory
         sink, mark = self._facts_sink()
         host_var = settings["host_var"]
+        keep = settings["node_facts"]
         connection = settings["connection"]
         ansible_connection = CONNECTIONS[connection]
         preference = settings["address_preference"]
@@ -515,6 +541,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 # machine's /.
                 variables["nodewright_node_pod_host_path"] = nf.host_root(facts)
             for key, value in variables.items():
+                if key == host_var and keep is not None:
+                    value = {k: value[k] for k in keep if k in value}
                 sink.set_variable(name, key, mark(value) if mark else value)
             for group in nf.default_groups(facts, prefix, kinds):
                 if group not in created:

@@ -429,6 +429,38 @@ def test_host_var_name_is_configurable(sim, tmp_path, fleet):
     assert "k8s_node" not in inv.hostvars[fleet["h100"]]
 
 
+def test_node_facts_narrows_what_the_hosts_carry_not_what_builds_the_inventory(sim, tmp_path, fleet):
+    full = inventory(sim, tmp_path, {"label_selectors": ours()}, name="full")
+    lean = inventory(sim, tmp_path, {"label_selectors": ours(), "node_facts": ["labels", "gpu", "ready"],
+                                     "compose": {"kernel": "k8s_node.node_info.kernel_version"},
+                                     "keyed_groups": [{"key": "k8s_node.node_info.architecture", "prefix": "arch"}]},
+                     name="lean")
+    h100 = fleet["h100"]
+    assert set(lean.facts(h100)) == {"name", "labels", "gpu", "ready"}
+    for key in ("labels", "gpu", "ready"):
+        assert lean.facts(h100)[key] == full.facts(h100)[key]
+    # The default groups, compose and keyed_groups saw every fact.
+    assert lean.hostvars[h100]["kernel"] == full.facts(h100)["node_info"]["kernel_version"]
+    assert h100 in lean.group("arch_amd64") and fleet["gb200"] in lean.group("arch_arm64")
+    for group in ("zone_" + full.facts(h100)["zone"].replace("-", "_"), "pool_h100", "ready", "not_ready"):
+        assert lean.group(group) == full.group(group), group
+    assert lean.hostvars[h100]["ansible_host"] == full.hostvars[h100]["ansible_host"]
+    proc = run_inventory(sim, tmp_path, {"label_selectors": ours(), "node_facts": ["labels", "lables"]}, name="bad")
+    assert "node_facts: unknown fact(s) 'lables'" in proc.stderr and "did you mean 'labels'?" in proc.stderr, \
+        proc.stderr
+
+
+def test_the_shipped_fleet_sync_inventory_keeps_its_lean_facts(sim, tmp_path, fleet):
+    proc = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i",
+                           os.path.join(REPO, "inventory", "fleet-sync.k8s_nodes.yml"), "--list"],
+                          env=sim.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Failed to parse" not in proc.stderr, proc.stderr
+    inv = Inventory(json.loads(proc.stdout))
+    assert fleet["h100"] in inv.hosts and fleet["gb200"] in inv.group("gpu_family_blackwell")
+    assert {frozenset(inv.facts(h)) for h in inv.hosts} == {
+        frozenset(["name", "labels", "gpu", "ready", "unschedulable", "nodewright"])}
+
+
 # --- caching -----------------------------------------------------------------------------
 
 def test_second_run_is_served_from_the_cache(sim, tmp_path, fleet):

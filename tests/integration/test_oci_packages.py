@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -390,3 +391,83 @@ def test_a_nodewright_resource_is_planned_from_its_image(registry, skyhook_image
     (spec,) = described["packages"]
     assert spec["src"] == str(tmp_path / "cache" / ("sha256-" + skyhook_image.split(":")[1]) / "package")
     assert described["nodes"]["n1"]["actions"] == {"shellscript": "apply"}
+
+
+# --------------------------------------------------------------------------- nodes of two architectures
+
+@pytest.fixture(scope="module")
+def multi(registry, tmp_path_factory):
+    """An image index with an amd64 and an arm64 build of one package."""
+    layout = str(tmp_path_factory.mktemp("layouts") / "multi-arch")
+    write_layout(layout, {"amd64": [demo_package("amd64-build")], "arm64": [demo_package("arm64-build")]},
+                 "1.0.0")
+    return registry.push(layout, "nodewright/oci-arch", "1.0.0", all_platforms=True)
+
+
+def node_object(name, arch):
+    return {"metadata": {"name": name, "labels": {}, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"nodeInfo": {"architecture": arch}}}
+
+
+def image_resource(registry, digest, repository="nodewright/oci-arch", selector=None):
+    return {"apiVersion": "nodewright.io/v1alpha1", "kind": "NodeWright", "metadata": {"name": "arch"},
+            "spec": dict({"packages": {"oci-demo": {"version": "1.0.0", "image": "%s/%s" % (registry.host, repository),
+                                                    "containerSHA": digest}}}, **(selector or {}))}
+
+
+def test_planning_pulls_the_variant_of_every_targeted_architecture(registry, multi, tmp_path, monkeypatch):
+    monkeypatch.setenv("NODEWRIGHT_PACKAGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NODEWRIGHT_REGISTRIES_CONF", registry.registries_conf)
+    nodes = [node_object("h1", "amd64"), node_object("g1", "arm64")]
+    described = desired_state.describe(image_resource(registry, multi), nodes, {}, [])
+    assert described["images"] == {"oci-demo": {
+        "reference": "oci://%s/nodewright/oci-arch:1.0.0@%s" % (registry.host, multi), "archs": ["amd64", "arm64"]}}
+    hexdigest = multi.split(":")[1]
+    assert sorted(os.listdir(str(tmp_path / "cache"))) == sorted(
+        ["sha256-%s-linux-amd64" % hexdigest, "sha256-%s-linux-arm64" % hexdigest] +
+        [".sha256-%s-linux-amd64.lock" % hexdigest, ".sha256-%s-linux-arm64.lock" % hexdigest])
+    assert described["nodes"]["g1"]["actions"] == {"oci-demo": "apply"}
+
+
+def test_a_fleet_of_one_architecture_needs_no_variant_of_the_controllers(registry, tmp_path, monkeypatch):
+    # An arm64-only image for Grace nodes, planned on a controller of any architecture.
+    layout = str(tmp_path / "arm-only")
+    write_layout(layout, {"arm64": [demo_package("arm64-build")]}, "1.0.0")
+    digest = registry.push(layout, "nodewright/oci-arm-only", "1.0.0", all_platforms=True)
+    monkeypatch.setenv("NODEWRIGHT_PACKAGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NODEWRIGHT_REGISTRIES_CONF", registry.registries_conf)
+    described = desired_state.describe(image_resource(registry, digest, "nodewright/oci-arm-only"),
+                                       [node_object("g1", "arm64"), node_object("g2", "arm64")], {}, [])
+    (spec,) = described["packages"]
+    assert "arm64-build" in open(os.path.join(spec["src"], "steps", "apply.sh")).read()
+    assert described["images"]["oci-demo"]["archs"] == ["arm64"]
+    # A target whose architecture the index lacks is refused before any node is touched.
+    with pytest.raises(ValidationError) as caught:
+        desired_state.describe(image_resource(registry, digest, "nodewright/oci-arm-only"),
+                               [node_object("g1", "arm64"), node_object("h1", "amd64")], {}, [])
+    assert "spec.packages.oci-demo" in str(caught.value) and "linux/amd64" in str(caught.value)
+
+
+def test_a_rollout_over_hopper_and_grace_nodes_gives_each_its_own_build(registry, multi, sim, tmp_path):
+    from fleet_helpers import Fleet
+    fleet = Fleet(sim, tmp_path, [("h100", 1), ("gb200", 1)])
+    h100, gb200 = fleet.nodes
+    assert sim.core.read_node(gb200).status.node_info.architecture == "arm64"
+    policy = "arch-" + fleet.label
+    fleet.create("DeploymentPolicy", policy, {"default": {"budget": {"percent": 100}}})
+    res = "arch-" + fleet.label
+    fleet.create("NodeWright", res, image_resource(registry, multi, selector={
+        "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}}, "deploymentPolicy": policy})["spec"])
+    env = {"NODEWRIGHT_PACKAGE_CACHE": str(tmp_path / "cache"), "NODEWRIGHT_REGISTRIES_CONF": registry.registries_conf}
+    proc = fleet.finished(fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, name="arch", env=env))
+    assert proc.returncode == 0, proc.output[-4000:]
+    assert read(sim.host_root(h100), "/etc/oci-demo") == "amd64-build\n"
+    assert read(sim.host_root(gb200), "/etc/oci-demo") == "arm64-build\n"
+    for node in fleet.nodes:
+        assert fleet.node_labels(node)["nodewright.io/status-%s" % res] == "complete"
+    rerun = fleet.finished(fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, name="arch-again",
+                                       env=env))
+    assert rerun.returncode == 0, rerun.output[-4000:]
+    # Each node recorded what it got: the rerun plans no work on either.
+    assert "%s: 0 of 2 nodes with work" % res in rerun.output, rerun.output[-3000:]
+    assert not re.search(r"^(%s|%s)\s*:" % (h100, gb200), rerun.output.split("PLAY RECAP")[-1], re.M)

@@ -29,6 +29,10 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
                             ``stage_timeout`` (seconds) when one applies,
                             ``reapply_on_reboot`` with ``reapplyOnReboot`` and
                             ``state: absent`` for a package with ``uninstall.apply``
+``images``                  per package from an image index of several platforms:
+                            ``{reference, archs}``, the reference pinned to the index
+                            and the targets' architectures, each variant already
+                            unpacked; a node's run takes its own architecture's
 ``non_interruptible``       ``podNonInterruptLabels``
 ``runtime_required``        ``runtimeRequired``
 ``drain``                   ``drainConfig`` as ``nodewright.fleet.node_drain`` options
@@ -116,12 +120,18 @@ def node_priority(resource):
     return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
 
 
-def resolve_source(name, package, package_dirs, where, resolver=None):
+def resolve_source(name, package, package_dirs, where, resolver=None, archs=None, images=None):
     """Directory of a package: its ``image`` (``version`` is the tag, ``containerSHA``
     the pinned digest) pulled and unpacked by ``resolver`` (a
     ``package_sources.ImageResolver``; None: one with the default cache), else
     ``source`` (absolute, or relative to a package dir), else the package's name
-    among the package dirs."""
+    among the package dirs.
+
+    An image that is an index of platforms is unpacked once per architecture in
+    ``archs`` (the targeted nodes'; none known: the controller's), each variant checked
+    here, before any node is touched; ``images[name]`` then records the reference pinned
+    to the index, from which each node's run takes its own architecture's variant. The
+    directory returned (for planning) is the first architecture's."""
     if package.get("image"):
         try:
             ref = package_sources.image_ref_for_package(package["image"], package["version"],
@@ -131,7 +141,16 @@ def resolve_source(name, package, package_dirs, where, resolver=None):
                                   hint="image is the repository (registry/path), version the tag, containerSHA "
                                        "sha256:<64 hex>")
         resolver = resolver if resolver is not None else package_sources.ImageResolver()
-        return resolver.resolve(ref, package=name, field=where + ".image", digest_field=where + ".containerSHA").path
+        wanted = sorted(set(archs or ())) or [resolver.arch]
+        fields = {"package": name, "field": where + ".image", "digest_field": where + ".containerSHA"}
+        first = resolver.for_arch(wanted[0]).resolve(ref, **fields)
+        if first.manifest_digest and first.manifest_digest != first.digest:
+            pinned = package_sources.parse_image_ref("oci://%s:%s@%s" % (ref.name, ref.tag, first.digest))
+            for arch in wanted[1:]:
+                _load(resolver.for_arch(arch).resolve(pinned, **fields).path, None)
+            if images is not None:
+                images[name] = {"reference": pinned.text, "archs": wanted}
+        return first.path
     candidates = []
     source = package.get("source")
     if source and os.path.isabs(source):
@@ -189,18 +208,19 @@ def stage_timeout(value, where):
     return parse_duration(value, where, what="stageTimeout") or None
 
 
-def package_specs(resource, package_dirs, cache=None):
+def package_specs(resource, package_dirs, cache=None, archs=None, images=None):
     """The package module's specs for a validated NodeWright resource, each checked
     against its manifest (version, expected config, the scripts its checks need)
     before any node is touched. Errors name the resource's fields
-    (``spec.packages.<name>.configMap.<key>``)."""
+    (``spec.packages.<name>.configMap.<key>``). ``archs`` and ``images``: see
+    ``resolve_source``."""
     specs = []
     problems = Problems()
     default_timeout = stage_timeout(resource["spec"].get("stageTimeout"), "spec.stageTimeout")
     for name, pkg in sorted((resource["spec"].get("packages") or {}).items()):
         where = "spec.packages.%s" % name
         with problems.collect():
-            src = resolve_source(name, pkg, package_dirs, where)
+            src = resolve_source(name, pkg, package_dirs, where, archs=archs, images=images)
             spec = {"name": name, "src": src, "version": pkg["version"], "config": pkg.get("configMap") or {}}
             if (pkg.get("uninstall") or {}).get("apply"):
                 spec["state"] = "absent"
@@ -324,8 +344,10 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
     name = resource["metadata"]["name"]
     targets = targeted_nodes(resource, nodes)
     cache = {} if cache is None else cache
-    specs = package_specs(resource, package_dirs, cache)
     by_name = by_name or {n["metadata"]["name"]: n for n in nodes}
+    archs = {package_sources.node_architecture(by_name[t]) for t in targets} - {None}
+    images = {}
+    specs = package_specs(resource, package_dirs, cache, archs=archs, images=images)
     specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets], cache)
     desired = desired_packages(specs, cache)
     plans, malformed = {}, []
@@ -355,7 +377,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
         "waves": {"waves": [], "status": "unplanned", "reason": "planned with every resource (describe_all)"},
         "non_interruptible": spec.get("podNonInterruptLabels") or {},
         "runtime_required": bool(spec.get("runtimeRequired")),
-        "targets": targets, "packages": specs, "nodes": plans,
+        "targets": targets, "packages": specs, "nodes": plans, "images": images,
         "work": work,
         "node_order": {t: sticky[t] for t in targets if t in sticky},
         "drain": drain_options(spec.get("drainConfig")),

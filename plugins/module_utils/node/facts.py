@@ -55,6 +55,12 @@ DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/
 GROUP_KINDS = ("gpu", "gpu_family", "gpu_model", "gpu_product", "zone", "pool", "readiness",
                "cordoned", "nodewright")
 
+# The keys of a node's facts (node_facts, and pods with pod_counts), which the inventory's
+# option node_facts chooses from.
+FACT_KEYS = ("name", "creation_timestamp", "labels", "annotations", "taints", "unschedulable", "ready",
+             "ready_reason", "conditions", "node_info", "capacity", "allocatable", "addresses", "provider_id",
+             "zone", "pool", "gpu", "nodewright", "ignored", "pods")
+
 _UNSAFE_GROUP_CHARS = re.compile(r"[^A-Za-z0-9_]")
 
 

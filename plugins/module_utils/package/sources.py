@@ -48,6 +48,7 @@ This runs where the task that needs the package runs: the controller (the
 
 from __future__ import annotations
 
+import copy
 import contextlib
 import datetime
 import fcntl
@@ -231,6 +232,16 @@ def read_manifest(raw):
 
 def normalize_arch(arch):
     return ARCH_ALIASES.get(str(arch or "").lower(), str(arch or "").lower())
+
+
+def node_architecture(node):
+    """The architecture of a Node object: the kubelet's ``nodeInfo.architecture``, else
+    its ``kubernetes.io/arch`` label (normalized, ``arm64``/``amd64``); None when neither says."""
+    node = node if isinstance(node, dict) else {}
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    arch = info.get("architecture") or labels.get("kubernetes.io/arch")
+    return normalize_arch(arch) if arch else None
 
 
 def controller_arch():
@@ -565,6 +576,12 @@ class ImageResolver(object):
         self.registries_conf = registries_conf or environ.get("NODEWRIGHT_REGISTRIES_CONF") or None
         self._run = run or subprocess.run
         self.pulls = 0  # how many images this resolver copied from a registry
+
+    def for_arch(self, arch):
+        """The same resolver (cache, skopeo, registries) for another architecture."""
+        other = copy.copy(self)
+        other.arch = normalize_arch(arch) if arch else controller_arch()
+        return other
 
     # ---------------------------------------------------------------- cache
     def _entry(self, key):
