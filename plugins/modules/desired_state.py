@@ -82,6 +82,8 @@ rollouts:
     nodes: {description: 'Per node: actions per package, interrupt, disruptive.', type: dict}
     policy: {description: The DeploymentPolicy spec in force., type: dict}
     packages: {description: Package specs with their sources resolved., type: list}
+    images: {description: "Per package from an image index of several platforms: C(reference), pinned to the
+      index, and C(archs), the targeted nodes' architectures, each variant already pulled and checked.", type: dict}
     waves: {description: "This resource's waves in a run of every resource together (wave numbers are the run's),
       with the C(status) and C(reason) the run would end with.", type: dict}
 waves:
