@@ -4,7 +4,8 @@
 # Apache License 2.0 (see LICENSE)
 """Inventory benchmark: ``ansible-inventory -i inventory/all-gpus.k8s_nodes.yml --list``
 side by side with ``kubectl get nodes -o json`` on the same simulator, at 1,000 and
-5,000 API-only GPU nodes.
+5,000 API-only GPU nodes; each also as an AWX/AAP sync runs it (``--list --export``), and
+with the lean host variables of ``inventory/fleet-sync.k8s_nodes.yml`` (``node_facts``).
 
     python bench/inventory_bench.py [--sizes 1000 5000] [--runs 3] [--out bench/results/inventory.md]
 
