@@ -26,6 +26,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import LABEL_ARCH
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
@@ -121,7 +122,7 @@ def node_arch(task_vars):
     if isinstance(node, dict):
         info = node.get("node_info") if isinstance(node.get("node_info"), dict) else {}
         labels = node.get("labels") if isinstance(node.get("labels"), dict) else {}
-        for arch in (info.get("architecture"), labels.get("kubernetes.io/arch"), node.get("architecture")):
+        for arch in (info.get("architecture"), labels.get(LABEL_ARCH), node.get("architecture")):
             if arch:
                 return arch
     facts = task_vars.get("ansible_facts")

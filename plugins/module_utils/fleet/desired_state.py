@@ -33,6 +33,7 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
                             ``{reference, archs}``, the reference pinned to the index
                             and the targets' architectures, each variant already
                             unpacked; a node's run takes its own architecture's
+                            variant
 ``non_interruptible``       ``podNonInterruptLabels``
 ``runtime_required``        ``runtimeRequired``
 ``drain``                   ``drainConfig`` as ``nodewright.fleet.node_drain`` options

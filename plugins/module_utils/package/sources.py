@@ -65,6 +65,7 @@ import tempfile
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import LABEL_ARCH
 
 IMAGE_SCHEMES = ("oci", "docker", "registry")
 DEFAULT_REGISTRY = "docker.io"
@@ -240,7 +241,7 @@ def node_architecture(node):
     node = node if isinstance(node, dict) else {}
     info = (node.get("status") or {}).get("nodeInfo") or {}
     labels = (node.get("metadata") or {}).get("labels") or {}
-    arch = info.get("architecture") or labels.get("kubernetes.io/arch")
+    arch = info.get("architecture") or labels.get(LABEL_ARCH)
     return normalize_arch(arch) if arch else None
 
 
