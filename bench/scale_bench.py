@@ -49,7 +49,11 @@ from nodewright_sim.cluster import Cluster, tree_pids  # noqa: E402
 from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
 from rollout_bench import GROUP, VERSION, install_bench_resources, playbook_command, tree_rss_mib  # noqa: E402
 
-TOOLS = ("nodewright", "kubernetes.core", "floor")
+TOOLS = ("nodewright", "nodewright-processes", "kubernetes.core", "floor")
+# NodeWright's rollout with each node's maintain task in a forked worker process, as
+# ansible-core runs every task (nodewright_rollout_workers=processes), instead of a
+# thread of the controller (the default).
+NODEWRIGHT_TOOLS = ("nodewright", "nodewright-processes")
 RESOURCE = "bench-noop"
 
 
@@ -114,14 +118,16 @@ def run_tool(tool, cluster, fleet, custom, names, batch, forks, work):
         cmd = [sys.executable, os.path.join(HERE, "floor.py"), "--kubeconfig", cluster.kubeconfig,
                "--threads", "25"]
     else:
-        cmd, more = playbook_command(tool, names, batch, work, RESOURCE)
+        cmd, more = playbook_command("nodewright" if tool in NODEWRIGHT_TOOLS else tool, names, batch, work, RESOURCE)
+        if tool == "nodewright-processes":
+            cmd += ["-e", "nodewright_rollout_workers=processes"]
         env.update(more)
     rc, wall, cpu, peak, pss = measure(cmd, env, os.path.join(work, tool + ".log"))
     if tool == "floor":
         done = len(fleet.node_names("bench.nodewright.io/floor=done"))
     elif tool == "kubernetes.core":
         done = len(fleet.node_names("example.com/maintenance=done"))
-    else:
+    else:  # a NodeWright rollout
         status = custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", RESOURCE).get("status", {})
         done = status.get("completeNodes")
         done = int(str(done).split("/")[0]) if done is not None else 0
@@ -178,7 +184,12 @@ def main():
                 cluster, fleet, custom, names = make_fleet(args.name, nodes, args.batch)
                 try:
                     with tempfile.TemporaryDirectory() as work:
+                        rolled = False
                         for tool in order:
+                            if tool in NODEWRIGHT_TOOLS:
+                                if rolled:  # the fleet is done: the next NodeWright variant gets a fresh one
+                                    cluster, fleet, custom, names = make_fleet(args.name, nodes, args.batch)
+                                rolled = True
                             load = os.getloadavg()[0]
                             r = run_tool(tool, cluster, fleet, custom, names, args.batch, args.forks, work)
                             r.update(tool=tool, nodes=nodes, run=run, batch=args.batch, forks=args.forks,

@@ -65,7 +65,13 @@ notes:
     3600); C(nodewright_rollout_lock_namespace) (default C(kube-system), or C(NODEWRIGHT_LOCK_NAMESPACE));
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
     one; false: end the play and say when it opens); C(nodewright_rollout_k8s_auth) (a mapping of the
-    C(nodewright.fleet.k8s_auth) options, for the policy and Node reads)."
+    C(nodewright.fleet.k8s_auth) options, for the policy and Node reads); C(nodewright_rollout_workers)
+    (C(threads), the default, runs each node's M(nodewright.fleet.maintain) task in a thread of the controller
+    when it has no loop, async, timeout, delegate_to or debugger and uses the local or ssh connection; C(processes)
+    forks a worker for every task, as the linear strategy does)."
+  - "Each node's M(nodewright.fleet.maintain) task runs in a thread of the controller instead of a forked worker
+    (see C(nodewright_rollout_workers)): at a thousand nodes the forks of a controller holding the inventory cost
+    more than the work; the result reaches the callbacks as a worker's would, and at most C(forks) run at once."
 """
 
 EXAMPLES = r"""
@@ -155,11 +161,23 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     resources_from_desired,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import thread_worker
 
 display = Display()
 
 DEFAULT_CAPACITY_TIMEOUT = 3600
+VAR_WORKERS = "nodewright_rollout_workers"
 _WAIT_SLICE = 1.0
+
+
+def _worker_mode(value):
+    """The play's ``nodewright_rollout_workers``: ``threads`` (default) or ``processes``."""
+    if value is None or value == "":
+        return thread_worker.WORKERS_THREADS
+    if value not in thread_worker.WORKER_MODES:
+        raise NodeWrightError("%s must be one of %s, got %r"
+                              % (VAR_WORKERS, ", ".join(thread_worker.WORKER_MODES), value))
+    return value
 
 
 class _TemplatedVariables(object):
@@ -270,9 +288,10 @@ class StrategyHooks(RunHooks):
         strategy._inventory.restrict_to_hosts(hosts)
         iterator.all_tasks[:] = self.original_tasks
         iterator.cur_task = 0
-        # Every task of the wave forks a worker per host from this process. Frozen
-        # objects are left alone by the workers' garbage collector, so their pages
-        # stay shared with the controller instead of being copied into each worker.
+        # Every task of the wave but a threaded maintain task forks a worker per host
+        # from this process. Frozen objects are left alone by the workers' garbage
+        # collector, so their pages stay shared with the controller instead of being
+        # copied into each worker.
         gc.collect()
         gc.freeze()
         try:
@@ -317,6 +336,17 @@ class StrategyModule(LinearStrategyModule):
         self._nw_count = 0
         self._nw_probe = None  # a Templar that only tells templates from plain values
         self._nw_fleet = None
+        self._nw_threads = False
+
+    # ------------------------------------------------------------------ workers
+
+    def _queue_task(self, host, task, task_vars, play_context):
+        # The maintain task of a node runs in a thread of this process instead of a
+        # forked worker (plugin_utils/thread_worker.py); every other task forks.
+        if self._nw_threads and not self.debugger_active and thread_worker.threadable(task, task_vars):
+            with thread_worker.queued_in_thread():
+                return super(StrategyModule, self)._queue_task(host, task, task_vars, play_context)
+        return super(StrategyModule, self)._queue_task(host, task, task_vars, play_context)
 
     # ------------------------------------------------------------------ inputs
 
@@ -324,7 +354,8 @@ class StrategyModule(LinearStrategyModule):
         variables = self._variable_manager.get_vars(play=play)
         templar = Templar(loader=self._loader, variables=variables)
         wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER, VAR_STATE_RESOURCE,
-                  VAR_DESIRED, VAR_ADMISSION, VAR_RESERVATION_TTL, VAR_CAPACITY_TIMEOUT, VAR_LOCK_NAMESPACE)
+                  VAR_DESIRED, VAR_ADMISSION, VAR_RESERVATION_TTL, VAR_CAPACITY_TIMEOUT, VAR_LOCK_NAMESPACE,
+                  VAR_WORKERS)
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
@@ -373,7 +404,9 @@ class StrategyModule(LinearStrategyModule):
     def run(self, iterator, play_context):  # type: ignore[override]
         play = iterator._play
         try:
-            settings = read_settings(self._play_variables(play))
+            variables = self._play_variables(play)
+            self._nw_threads = _worker_mode(variables.get(VAR_WORKERS)) == thread_worker.WORKERS_THREADS
+            settings = read_settings(variables)
             if settings.desired is not None:
                 run_context.publish(settings.desired.get("rollouts"), {
                     "runtime_required": any(r.get("runtime_required") for r in settings.desired.get("rollouts")

@@ -406,3 +406,77 @@ def test_a_limit_without_localhost_is_refused_before_any_node_is_touched(sim, tm
     proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res, "--limit", "localhost," + node)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.node_labels(node)["nodewright.io/status-%s" % res] == "complete"
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def _worker_children(proc, until):
+    """Until ``until()`` is true, while a package step runs (its ``sleep``): the controller's
+    descendants that are forks of it (a forked worker keeps the controller's command line),
+    and the steps seen. (The planning play's tasks fork workers before the waves start.)"""
+    import time
+
+    from fleet_helpers import process_tree
+    own = open("/proc/%d/cmdline" % proc.pid, "rb").read()
+    forks, steps = set(), set()
+    while not until() and proc.poll() is None:
+        seen_forks, seen_steps = set(), set()
+        for pid in process_tree(proc.pid)[1:]:
+            try:
+                cmdline = open("/proc/%d/cmdline" % pid, "rb").read()
+            except OSError:
+                continue
+            if cmdline == own:
+                seen_forks.add(pid)
+            elif cmdline.startswith(b"sleep"):
+                seen_steps.add(pid)
+        if seen_steps:
+            forks |= seen_forks
+            steps |= seen_steps
+        time.sleep(0.05)
+    return forks, steps
+
+
+@pytest.mark.parametrize("workers", ["threads", "processes"])
+def test_maintain_tasks_run_in_threads_or_processes_with_the_same_outcome(sim, tmp_path, workers):
+    fleet = Fleet(sim, tmp_path, [("h100", 3)])
+    res = "workers-%s-%s" % (workers[0], fleet.label)
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "sleep 3; echo on > /etc/workers-test\n",
+                                                        "apply_check.sh": "test -s /etc/workers-test\n"},
+                                                interruptionBudget={"count": 3}))
+    extra = () if workers == "threads" else ("-e", "nodewright_rollout_workers=processes")
+    proc = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, *extra, name=workers)
+    marker = "nodewright.io/status-%s" % res
+    forks, steps = _worker_children(proc, lambda: all(
+        fleet.node_labels(n).get(marker) == "complete" for n in fleet.nodes))
+    proc = fleet.finished(proc)
+    assert proc.returncode == 0, proc.output[-4000:]
+    assert steps, "no package step was seen running"
+    if workers == "threads":
+        assert not forks, "the maintain tasks forked %d worker(s)" % len(forks)
+    else:
+        assert forks, "no forked worker ran a maintain task"
+    for node in fleet.nodes:
+        assert fleet.node_labels(node)[marker] == "complete"
+        assert hostroot.run(sim.host_root(node), "cat /etc/workers-test").stdout.strip() == "on"
+        assert not sim.core.read_node(node).spec.unschedulable
+        host = proc.report["hosts"][node]
+        assert host["outcome"] == "ok"
+        steps = [(e["task"], e["status"]) for e in host["timeline"]]
+        assert any(name.startswith("Run the packages") and status == "changed" for name, status in steps), steps
+    status = fleet.resource(res)["status"]
+    assert status["status"] == "complete" and status["completeNodes"] == "3/3"
+
+
+def test_an_unknown_worker_mode_is_refused_before_any_node_is_touched(sim, tmp_path):
+    fleet = Fleet(sim, tmp_path, [("h100", 1)])
+    (n1,) = fleet.nodes
+    res = "workers-bad-" + fleet.label
+    fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "echo on > /etc/workers-bad\n",
+                                                        "apply_check.sh": "test -s /etc/workers-bad\n"}))
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res, "-e", "nodewright_rollout_workers=fork")
+    assert proc.returncode != 0
+    assert "nodewright_rollout_workers must be one of threads, processes, got 'fork'" in proc.stdout + proc.stderr
+    assert "nodewright.io/status-%s" % res not in fleet.node_labels(n1)
+    assert not sim.core.read_node(n1).spec.unschedulable

@@ -5,9 +5,10 @@
 
 The rollout strategy publishes here, in the controller process, each resource's
 description from ``desired_state`` (its package specs, policy, node plans) before a
-wave starts. Ansible forks a worker per node and task from the controller, so the
-``nodewright.fleet.maintain`` action finds the description in memory instead of
-receiving a fleet-sized structure as templated task arguments for every node.
+wave starts. The ``nodewright.fleet.maintain`` task of each node runs in a thread of
+the controller or in a worker forked from it, so the action finds the description in
+memory instead of receiving a fleet-sized structure as templated task arguments for
+every node.
 Outside the strategy (the action used on its own, or in a process that did not
 publish), ``resource()`` returns None and the action uses its arguments.
 """
