@@ -49,11 +49,11 @@ from nodewright_sim.cluster import Cluster, tree_pids  # noqa: E402
 from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
 from rollout_bench import GROUP, VERSION, install_bench_resources, playbook_command, tree_rss_mib  # noqa: E402
 
-TOOLS = ("nodewright", "nodewright-processes", "kubernetes.core", "floor")
-# NodeWright's rollout with each node's maintain task in a forked worker process, as
-# ansible-core runs every task (nodewright_rollout_workers=processes), instead of a
-# thread of the controller (the default).
-NODEWRIGHT_TOOLS = ("nodewright", "nodewright-processes")
+TOOLS = ("nodewright", "nodewright-threads", "kubernetes.core", "floor")
+# NodeWright's rollout with each node's maintain task in a thread of the controller
+# (nodewright_rollout_workers=threads) instead of a forked worker process, as
+# ansible-core runs every task (the default).
+NODEWRIGHT_TOOLS = ("nodewright", "nodewright-threads")
 RESOURCE = "bench-noop"
 
 
@@ -119,8 +119,8 @@ def run_tool(tool, cluster, fleet, custom, names, batch, forks, work):
                "--threads", "25"]
     else:
         cmd, more = playbook_command("nodewright" if tool in NODEWRIGHT_TOOLS else tool, names, batch, work, RESOURCE)
-        if tool == "nodewright-processes":
-            cmd += ["-e", "nodewright_rollout_workers=processes"]
+        if tool == "nodewright-threads":
+            cmd += ["-e", "nodewright_rollout_workers=threads"]
         env.update(more)
     rc, wall, cpu, peak, pss = measure(cmd, env, os.path.join(work, tool + ".log"))
     if tool == "floor":

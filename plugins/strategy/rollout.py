@@ -66,12 +66,14 @@ notes:
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
     one; false: end the play and say when it opens); C(nodewright_rollout_k8s_auth) (a mapping of the
     C(nodewright.fleet.k8s_auth) options, for the policy and Node reads); C(nodewright_rollout_workers)
-    (C(threads), the default, runs each node's M(nodewright.fleet.maintain) task in a thread of the controller
-    when it has no loop, async, timeout, delegate_to or debugger and uses the local or ssh connection; C(processes)
-    forks a worker for every task, as the linear strategy does)."
-  - "Each node's M(nodewright.fleet.maintain) task runs in a thread of the controller instead of a forked worker
-    (see C(nodewright_rollout_workers)): at a thousand nodes the forks of a controller holding the inventory cost
-    more than the work; the result reaches the callbacks as a worker's would, and at most C(forks) run at once."
+    (C(processes), the default, forks a worker for every task, as the linear strategy does; C(threads) runs each
+    node's M(nodewright.fleet.maintain) task in a thread of the controller when it has no loop, async, timeout,
+    delegate_to or debugger and uses the local or ssh connection)."
+  - "With C(nodewright_rollout_workers=threads) each node's M(nodewright.fleet.maintain) task runs in a thread of
+    the controller instead of a forked worker: at a thousand nodes the forks of a controller holding the inventory
+    cost more than the work; the result reaches the callbacks as a worker's would, and at most C(forks) run at
+    once. Over the local connection a package run then ends with the controller when the controller is killed
+    (a forked worker outlives it), so it is not the default."
 """
 
 EXAMPLES = r"""
@@ -171,9 +173,9 @@ _WAIT_SLICE = 1.0
 
 
 def _worker_mode(value):
-    """The play's ``nodewright_rollout_workers``: ``threads`` (default) or ``processes``."""
+    """The play's ``nodewright_rollout_workers``: ``processes`` (default) or ``threads``."""
     if value is None or value == "":
-        return thread_worker.WORKERS_THREADS
+        return thread_worker.WORKERS_PROCESSES
     if value not in thread_worker.WORKER_MODES:
         raise NodeWrightError("%s must be one of %s, got %r"
                               % (VAR_WORKERS, ", ".join(thread_worker.WORKER_MODES), value))

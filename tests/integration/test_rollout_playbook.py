@@ -445,7 +445,7 @@ def test_maintain_tasks_run_in_threads_or_processes_with_the_same_outcome(sim, t
     fleet.create("NodeWright", res, shellscript(fleet, {"apply.sh": "sleep 3; echo on > /etc/workers-test\n",
                                                         "apply_check.sh": "test -s /etc/workers-test\n"},
                                                 interruptionBudget={"count": 3}))
-    extra = () if workers == "threads" else ("-e", "nodewright_rollout_workers=processes")
+    extra = ("-e", "nodewright_rollout_workers=threads") if workers == "threads" else ()  # processes: the default
     proc = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res, *extra, name=workers)
     marker = "nodewright.io/status-%s" % res
     forks, steps = _worker_children(proc, lambda: all(

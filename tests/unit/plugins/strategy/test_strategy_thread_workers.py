@@ -70,8 +70,9 @@ def test_the_worker_class_is_swapped_only_while_queueing():
 
 
 def test_the_play_chooses_threads_or_processes():
-    assert rollout._worker_mode(None) == "threads"
-    assert rollout._worker_mode("") == "threads"
+    assert rollout._worker_mode(None) == "processes"
+    assert rollout._worker_mode("") == "processes"
+    assert rollout._worker_mode("threads") == "threads"
     assert rollout._worker_mode("processes") == "processes"
     with pytest.raises(NodeWrightError, match="nodewright_rollout_workers must be one of threads, processes, got 'fork'"):
         rollout._worker_mode("fork")
