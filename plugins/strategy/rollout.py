@@ -72,8 +72,9 @@ notes:
   - "With C(nodewright_rollout_workers=threads) each node's M(nodewright.fleet.maintain) task runs in a thread of
     the controller instead of a forked worker: at a thousand nodes the forks of a controller holding the inventory
     cost more than the work; the result reaches the callbacks as a worker's would, and at most C(forks) run at
-    once. Over the local connection a package run then ends with the controller when the controller is killed
-    (a forked worker outlives it), so it is not the default."
+    once. Over the local connection the package run's bookkeeping then ends with the controller when the
+    controller is killed (a forked worker outlives it); the running step finishes under its own supervisor and
+    the next start adopts its recorded outcome without running it again. Threads are not the default."
 """
 
 EXAMPLES = r"""

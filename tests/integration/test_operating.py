@@ -364,6 +364,49 @@ def test_sigterm_abandons_the_run_and_the_next_start_resumes_it(sim, ops):
     assert ops.host_file(node, "/etc/ops-runs") == "start\n"
 
 
+def test_sigterm_with_thread_workers_lets_the_step_finish_and_the_next_start_adopts_it(sim, ops):
+    """With ``nodewright_rollout_workers=threads`` the package run's bookkeeping lives in
+    the controller and is killed with it; the step itself runs under its own supervisor
+    (a session of its own), finishes, and records its outcome on the host. The next
+    start adopts that outcome: the step does not run a second time."""
+    (node,) = ops.add_nodes("gh200")
+    name = ops.resource("gh200", shellscript(
+        apply="echo start >> /etc/ops-runs\nwhile [ ! -e /etc/ops-go ]; do sleep 0.2; done\n"
+              "echo done > /etc/ops-done\n", apply_check="test -s /etc/ops-done\n"))
+    log = ops.tmp / "abandon-threads.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(ops.command("reconcile", "--inventory", ops.inventory, "--workdir", ops.tmp / "work",
+                                            "--resource-selector", ops.selector, "--debounce", "0.5", "--interval",
+                                            "2", "--drift-interval", "0", "--stop-timeout", "1",
+                                            "-e", "nodewright_rollout_workers=threads"),
+                                stdout=out, stderr=subprocess.STDOUT, env=ops.env(), cwd=str(ops.tmp))
+    try:
+        wait_for(lambda: ops.host_file(node, "/etc/ops-runs"), timeout=300, what="the step running")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    text = log.read_text()
+    assert rc == 0, text
+    assert "gets 1.0s to finish, then is abandoned" in text and "rollout run canceled" in text
+    assert ops.node(node)["metadata"]["labels"][markers.status_label(name)] == "in_progress"
+
+    pathlib.Path(sim.host_root(node), "etc/ops-go").write_text("")
+    wait_for(lambda: '"status": "finished"' in (ops.host_file(node, "/var/lib/nodewright/step.json") or ""),
+             what="the abandoned step's outcome recorded on the host by its supervisor")
+    record = json.loads(ops.host_file(node, "/var/lib/nodewright/step.json"))
+    assert record["resource"] == name and record["stage"] == "apply" and record["exit_code"] == 0, record
+    resumed = ops.once("-e", "nodewright_rollout_workers=threads")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = ops.node(node)
+    assert after["metadata"]["labels"][markers.status_label(name)] == "complete"
+    assert not after["spec"].get("unschedulable")
+    assert '"status": "complete"' in ops.host_file(node, "/var/lib/nodewright/state/%s.json" % name)
+    # The finished step was adopted, not started again.
+    assert ops.host_file(node, "/etc/ops-runs") == "start\n"
+    assert ops.host_file(node, "/etc/ops-done") == "done\n"
+    assert ops.host_file(node, "/var/lib/nodewright/step.json") is None
+
+
 # --------------------------------------------------------------------------- drift
 
 
