@@ -328,17 +328,19 @@ def test_the_reconciler_picks_up_a_new_node_and_an_edited_resource(sim, ops):
     assert "Traceback" not in text
 
 
-def test_sigterm_abandons_the_run_and_the_next_start_resumes_it(sim, ops):
+def _abandon_a_running_step(sim, ops, log_name, *extra):
+    """Start the reconciler, send SIGTERM while a package step waits for a file, and check
+    that the run was abandoned with the node still in progress; returns (node, resource)."""
     (node,) = ops.add_nodes("gh200")
     # The step waits for a file, so the test decides when it could finish.
     name = ops.resource("gh200", shellscript(
         apply="echo start >> /etc/ops-runs\nwhile [ ! -e /etc/ops-go ]; do sleep 0.2; done\n"
               "echo done > /etc/ops-done\n", apply_check="test -s /etc/ops-done\n"))
-    log = ops.tmp / "abandon.log"
+    log = ops.tmp / log_name
     with open(log, "w") as out:
         proc = subprocess.Popen(ops.command("reconcile", "--inventory", ops.inventory, "--workdir", ops.tmp / "work",
                                             "--resource-selector", ops.selector, "--debounce", "0.5", "--interval",
-                                            "2", "--drift-interval", "0", "--stop-timeout", "1"),
+                                            "2", "--drift-interval", "0", "--stop-timeout", "1", *extra),
                                 stdout=out, stderr=subprocess.STDOUT, env=ops.env(), cwd=str(ops.tmp))
     try:
         wait_for(lambda: ops.host_file(node, "/etc/ops-runs"), timeout=300, what="the step running")
@@ -349,6 +351,11 @@ def test_sigterm_abandons_the_run_and_the_next_start_resumes_it(sim, ops):
     assert rc == 0, text
     assert "gets 1.0s to finish, then is abandoned" in text and "rollout run canceled" in text
     assert ops.node(node)["metadata"]["labels"][markers.status_label(name)] == "in_progress"
+    return node, name
+
+
+def test_sigterm_abandons_the_run_and_the_next_start_resumes_it(sim, ops):
+    node, name = _abandon_a_running_step(sim, ops, "abandon.log")
 
     # What already runs on the host is not killed with the playbook (as when an SSH
     # session drops): the package run ends and records itself in the host's state.
@@ -369,26 +376,7 @@ def test_sigterm_with_thread_workers_lets_the_step_finish_and_the_next_start_ado
     the controller and is killed with it; the step itself runs under its own supervisor
     (a session of its own), finishes, and records its outcome on the host. The next
     start adopts that outcome: the step does not run a second time."""
-    (node,) = ops.add_nodes("gh200")
-    name = ops.resource("gh200", shellscript(
-        apply="echo start >> /etc/ops-runs\nwhile [ ! -e /etc/ops-go ]; do sleep 0.2; done\n"
-              "echo done > /etc/ops-done\n", apply_check="test -s /etc/ops-done\n"))
-    log = ops.tmp / "abandon-threads.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(ops.command("reconcile", "--inventory", ops.inventory, "--workdir", ops.tmp / "work",
-                                            "--resource-selector", ops.selector, "--debounce", "0.5", "--interval",
-                                            "2", "--drift-interval", "0", "--stop-timeout", "1",
-                                            "-e", "nodewright_rollout_workers=threads"),
-                                stdout=out, stderr=subprocess.STDOUT, env=ops.env(), cwd=str(ops.tmp))
-    try:
-        wait_for(lambda: ops.host_file(node, "/etc/ops-runs"), timeout=300, what="the step running")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=120)
-    text = log.read_text()
-    assert rc == 0, text
-    assert "gets 1.0s to finish, then is abandoned" in text and "rollout run canceled" in text
-    assert ops.node(node)["metadata"]["labels"][markers.status_label(name)] == "in_progress"
+    node, name = _abandon_a_running_step(sim, ops, "abandon-threads.log", "-e", "nodewright_rollout_workers=threads")
 
     pathlib.Path(sim.host_root(node), "etc/ops-go").write_text("")
     wait_for(lambda: '"status": "finished"' in (ops.host_file(node, "/var/lib/nodewright/step.json") or ""),
