@@ -257,6 +257,7 @@ class NodePod(object):
         self.timeout = timeout
         self.name = node_pod.pod_name(node, uuid.uuid4().hex[:6])
         self.created = False
+        self._detached = None
         self._clock = clock
         self._sleep = sleep
 
@@ -282,11 +283,24 @@ class NodePod(object):
         """Create the pod and wait until it runs; a pod that cannot start is deleted."""
         self._check_node()
         try:
+            # Made now, while the kubeconfig's credential files are there (see delete).
+            self._detached = k8s_client.detached_api_client(self.api)
+        except Exception as exc:  # pylint: disable=broad-except  # delete() falls back to the usual client
+            display.vvv("no detached client for %s: %s" % (self.where, exc), host=self.node)
+        # Counted as created from the request on: a signal that lands while the API
+        # server is creating it still deletes it (a pod that was never made is a 404).
+        self.created = True
+        try:
             k8s_client.call("create node pod in namespace %s" % self.namespace,
                             self._core().create_namespaced_pod, self.namespace, self.manifest())
         except NodeWrightError as exc:
+            if not exc.details.get("status"):  # no answer: the pod may have been made all the same
+                try:
+                    self.delete()
+                except node_pod.NodePodError as failed:
+                    display.warning(str(failed))
+            self.created = False
             raise self._explain_create(exc)
-        self.created = True
         try:
             self.wait_running()
         except node_pod.NodePodError:
@@ -358,15 +372,21 @@ class NodePod(object):
                                                  "rebooting accepts the pod once it is back")
             self._sleep(POLL)
 
-    def delete(self, fresh_client=False):
-        """Delete the pod without waiting; a pod already gone is fine. ``fresh_client``
-        uses connections of its own (from a signal handler, the usual ones may be busy)."""
+    def delete(self, detached=False):
+        """Delete the pod without waiting; a pod already gone is fine.
+
+        ``detached`` (from a signal handler) sends the request through a client made when
+        the pod was started, with a pool of its own and the credentials in memory: the
+        usual pool may be in use by the code the signal interrupted, and a new connection
+        of the usual client reads the kubeconfig's credential files, which the Ansible
+        controller removes when it exits, often before its worker's handler runs."""
         if not self.created:
             return
-        core = self._core()
-        if fresh_client:
-            from kubernetes import client
-            core = client.CoreV1Api(client.ApiClient(self.api.configuration))
+        from kubernetes import client
+        if detached:
+            core = client.CoreV1Api(self._detached or client.ApiClient(self.api.configuration))
+        else:
+            core = self._core()
         try:
             k8s_client.call("delete %s" % self.where, core.delete_namespaced_pod, self.name,
                             self.namespace, grace_period_seconds=0)
@@ -460,12 +480,13 @@ class Connection(ConnectionBase):
         pod, self._pod = self._pod, None
         if pod is not None:
             try:
-                # The client's open connections: by now the controller may have removed the
-                # credential files a new connection would need.
-                pod.delete()
+                # The detached client: the usual pool may be in use by the code the signal
+                # interrupted, and by now the controller may have removed the credential
+                # files a new connection of the usual client would read.
+                pod.delete(detached=True)
             except Exception:
                 try:
-                    pod.delete(fresh_client=True)
+                    pod.delete()
                 except Exception as exc:  # the signal still ends the process
                     display.warning("could not delete %s: %s" % (pod.where, exc))
         # The signal was meant to end this process: let it, by its default action.

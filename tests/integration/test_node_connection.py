@@ -14,6 +14,7 @@ simulator's real kubelet nodes; docs/connection.md has the run on a real cluster
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -153,3 +154,46 @@ def test_a_play_through_the_connection_leaves_no_pod_behind(sim, chart, node, tm
     assert "not allowed" not in out
     wait_for(lambda: node_pods(sim, chart.ns) == [], what="the connection to delete its pod")
 
+
+
+# A worker of ansible-playbook, between the controller's exit and its own: the node pod
+# is running, the controller (which wrote the kubeconfig's embedded credentials to
+# temporary files when it loaded the inventory) has exited and removed them, and the
+# worker's pooled connection is gone (the API server closes idle ones after 90 s, so any
+# task that runs longer has none). Then Ansible's SIGINT or SIGTERM reaches the worker.
+_INTERRUPTED_WORKER = r'''
+import os, signal, sys, time
+from ansible.playbook.play_context import PlayContext
+from ansible.plugins.loader import connection_loader, init_plugin_loader
+from kubernetes.config import kube_config
+init_plugin_loader()  # as ansible-playbook does: ANSIBLE_COLLECTIONS_PATH
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import client as k8s_client
+
+node, namespace, image, kubeconfig, signum = sys.argv[1:6]
+conn = connection_loader.get("nodewright.fleet.node", PlayContext(), None)
+conn.set_options(direct={"node": node, "namespace": namespace, "pod_image": image, "kubeconfig": kubeconfig,
+                         "timeout": 60})
+conn._connect()
+print(conn._pod.name, flush=True)
+assert kube_config._temp_files, "the kubeconfig's credentials were not written to files"
+kube_config._cleanup_temp_files()  # what the exiting controller's atexit does
+for api in k8s_client._CLIENT_CACHE.values():
+    api.rest_client.pool_manager.clear()
+os.kill(os.getpid(), int(signum))
+time.sleep(60)
+sys.exit(3)
+'''
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_worker_deletes_its_pod_after_the_controller_removed_the_credential_files(
+        sim, chart, node, signum):
+    # The simulator's kubeconfig embeds its CA, client certificate and key.
+    assert "client-key-data" in open(sim.kubeconfig).read()
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED_WORKER, node, chart.ns, IMAGE, sim.kubeconfig,
+                           str(int(signum))], capture_output=True, text=True, env=sim.env(), timeout=120)
+    assert proc.returncode == -signum, proc.stdout + proc.stderr  # ended by the signal itself
+    name = proc.stdout.strip().splitlines()[-1]
+    assert name.startswith("nodewright-%s-" % node)
+    assert "could not delete" not in proc.stderr
+    assert gone(sim, chart.ns, name), "pod %s/%s was left running" % (chart.ns, name)

@@ -213,6 +213,49 @@ def fresh_api_client(params=None, environ=None):
     return api
 
 
+def detached_api_client(api):
+    """An ApiClient with ``api``'s configuration whose connections need no file later.
+
+    A kubeconfig's embedded CA, client certificate and key reach the client as
+    temporary files that the process which loaded the kubeconfig removes when it
+    exits; every new TLS connection reads them again. The files are read into an SSL
+    context here, and the returned client has a connection pool of its own. For code
+    that may run after the files are gone and while ``api``'s pool is in use: a signal
+    handler in an Ansible worker deleting what it created after the controller (which
+    wrote the files) has exited. A SOCKS proxy keeps the file-based pool."""
+    import copy
+    import ssl
+
+    cfg = copy.copy(api.configuration)
+    detached = k8s_client.ApiClient(cfg)
+    if not str(cfg.host).startswith("https"):
+        return detached
+    if cfg.verify_ssl:
+        cadata = cfg.ca_cert_data
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cadata)
+    else:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    pool_args = {"ssl_context": ctx, "cert_reqs": ssl.CERT_REQUIRED if cfg.verify_ssl else ssl.CERT_NONE,
+                 "maxsize": 2}
+    if cfg.retries is not None:
+        pool_args["retries"] = cfg.retries
+    if cfg.assert_hostname is not None:
+        pool_args["assert_hostname"] = cfg.assert_hostname
+    if cfg.tls_server_name:
+        pool_args["server_hostname"] = cfg.tls_server_name
+    rest = detached.rest_client
+    if isinstance(rest.pool_manager, urllib3.ProxyManager):
+        rest.pool_manager = urllib3.ProxyManager(proxy_url=cfg.proxy, proxy_headers=cfg.proxy_headers,
+                                                 **pool_args)
+    elif type(rest.pool_manager) is urllib3.PoolManager:  # pylint: disable=unidiomatic-typecheck
+        rest.pool_manager = urllib3.PoolManager(**pool_args)
+    return detached
+
+
 def explain_api_error(exc, what, target=None):
     """Turn an API or connection failure into a ClusterError a person can act on.
 
