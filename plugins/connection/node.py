@@ -383,10 +383,7 @@ class NodePod(object):
         if not self.created:
             return
         from kubernetes import client
-        if detached:
-            core = client.CoreV1Api(self._detached or client.ApiClient(self.api.configuration))
-        else:
-            core = self._core()
+        core = client.CoreV1Api(self._detached if detached and self._detached is not None else self.api)
         try:
             k8s_client.call("delete %s" % self.where, core.delete_namespaced_pod, self.name,
                             self.namespace, grace_period_seconds=0)

@@ -155,7 +155,6 @@ def test_a_play_through_the_connection_leaves_no_pod_behind(sim, chart, node, tm
     wait_for(lambda: node_pods(sim, chart.ns) == [], what="the connection to delete its pod")
 
 
-
 # A worker of ansible-playbook, between the controller's exit and its own: the node pod
 # is running, the controller (which wrote the kubeconfig's embedded credentials to
 # temporary files when it loaded the inventory) has exited and removed them, and the

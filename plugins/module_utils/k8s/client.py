@@ -231,8 +231,7 @@ def detached_api_client(api):
     if not str(cfg.host).startswith("https"):
         return detached
     if cfg.verify_ssl:
-        cadata = cfg.ca_cert_data
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cadata)
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert, cadata=cfg.ca_cert_data)
     else:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
