@@ -412,28 +412,47 @@ def test_a_limit_without_localhost_is_refused_before_any_node_is_touched(sim, tm
 
 
 def _worker_children(proc, until):
-    """Until ``until()`` is true, while a package step runs (its ``sleep``): the controller's
-    descendants that are forks of it (a forked worker keeps the controller's command line),
-    and the steps seen. (The planning play's tasks fork workers before the waves start.)"""
+    """Until ``until()`` is true: the package steps seen running (their ``sleep``) and, of their
+    ancestors below the controller, those that are forks of it (a forked worker keeps the
+    controller's command line)."""
     import time
 
     from fleet_helpers import process_tree
-    own = open("/proc/%d/cmdline" % proc.pid, "rb").read()
+
+    def cmdline(pid):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def parent(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as fh:
+                return int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    # Popen returns once the exec has begun, before the kernel has set the new command line:
+    # until then /proc/PID/cmdline reads empty, as it does for any process caught in its exec.
+    own = b""
+    while not own and proc.poll() is None:
+        own = cmdline(proc.pid) or b""
+        time.sleep(0.01)
+    assert own, "the controller ended before its command line could be read"
     forks, steps = set(), set()
     while not until() and proc.poll() is None:
-        seen_forks, seen_steps = set(), set()
         for pid in process_tree(proc.pid)[1:]:
-            try:
-                cmdline = open("/proc/%d/cmdline" % pid, "rb").read()
-            except OSError:
+            if not (cmdline(pid) or b"").startswith(b"sleep"):
                 continue
-            if cmdline == own:
-                seen_forks.add(pid)
-            elif cmdline.startswith(b"sleep"):
-                seen_steps.add(pid)
-        if seen_steps:
-            forks |= seen_forks
-            steps |= seen_steps
+            chain, current = [], parent(pid)
+            while current not in (None, proc.pid):
+                chain.append(current)
+                current = parent(current)
+            if current != proc.pid:
+                continue  # the step ended while its ancestors were read
+            steps.add(pid)
+            forks.update(p for p in chain if cmdline(p) == own)
         time.sleep(0.05)
     return forks, steps
 
