@@ -323,6 +323,19 @@ class StrategyHooks(RunHooks):
 _READ_RESULTS = getattr(StrategyBase._process_pending_results, "__wrapped__", None)
 
 
+def _packed(names):
+    """New copies of ``names``, allocated one after the other.
+
+    Every task of every host gets ``ansible_play_hosts_all``: a copy of the strategy's list of
+    the play's host names, which takes a reference to each name. The names the inventory made
+    lie one or more to a page among the rest of the inventory, so after each fork of a worker
+    that copy wrote to as many pages as the play has hosts, each then copied for the worker
+    still sharing it: work per host that grew with the fleet. Packed, the names of thousands
+    of hosts fill a few dozen pages."""
+    return [name.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass") if type(name) is str else name
+            for name in names]
+
+
 def _result_key(result):
     host = getattr(result, "host", None) or result._host
     task = getattr(result, "task", None) or result._task
@@ -342,6 +355,15 @@ class StrategyModule(LinearStrategyModule):
         self._nw_threads = False
 
     # ------------------------------------------------------------------ workers
+
+    def _set_hosts_cache(self, play, refresh=True):
+        before, before_all = self._hosts_cache, self._hosts_cache_all
+        super(StrategyModule, self)._set_hosts_cache(play, refresh=refresh)
+        # Rebuilt (not kept, as refresh=False keeps lists already made): pack the new lists.
+        if self._hosts_cache is not before:
+            self._hosts_cache = _packed(self._hosts_cache)
+        if self._hosts_cache_all is not before_all:
+            self._hosts_cache_all = _packed(self._hosts_cache_all)
 
     def _queue_task(self, host, task, task_vars, play_context):
         # The maintain task of a node runs in a thread of this process instead of a
