@@ -7,6 +7,7 @@ workers, for each worker mode, on a fresh simulator fleet of N nodes each.
 
     .venv/bin/pip install py-spy
     .venv/bin/python bench/profile_rollout.py --nodes 300
+    .venv/bin/python bench/profile_rollout.py --nodes 3000 --modes processes
 
 Prints, per mode, the samples as milliseconds per node in a few buckets, and keeps the raw
 profiles under --out. Only the thread holding the interpreter lock of each process is
@@ -77,11 +78,12 @@ def main():
     ap.add_argument("--rate", type=int, default=20)
     ap.add_argument("--name", default="perf-profile")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "nodewright-profile"))
+    ap.add_argument("--modes", nargs="+", choices=("threads", "processes"), default=["threads", "processes"])
     args = ap.parse_args()
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     os.makedirs(args.out, exist_ok=True)
     rows = {}
-    for mode in ("threads", "processes"):
+    for mode in args.modes:
         cluster, fleet, _custom, names = make_fleet(args.name, args.nodes, 100)
         try:
             with tempfile.TemporaryDirectory() as work:
@@ -96,10 +98,10 @@ def main():
         finally:
             cluster.down()
     keys = ("all samples",) + ORDER
-    print("| ms per node, %d nodes | threads | processes |" % args.nodes)
-    print("|---|---:|---:|")
+    print("| ms per node, %d nodes | %s |" % (args.nodes, " | ".join(args.modes)))
+    print("|---|" + "---:|" * len(args.modes))
     for key in keys:
-        print("| %s | %.1f | %.1f |" % (key, rows["threads"].get(key, 0.0), rows["processes"].get(key, 0.0)))
+        print("| %s | %s |" % (key, " | ".join("%.1f" % rows[mode].get(key, 0.0) for mode in args.modes)))
 
 
 if __name__ == "__main__":

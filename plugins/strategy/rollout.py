@@ -323,17 +323,22 @@ class StrategyHooks(RunHooks):
 _READ_RESULTS = getattr(StrategyBase._process_pending_results, "__wrapped__", None)
 
 
-def _packed(names):
-    """New copies of ``names``, allocated one after the other.
+def _packed(names, copies):
+    """``names`` as copies of their own, allocated one after the other and kept in
+    ``copies`` (a copy is made once per name, so every later list reuses the same ones).
 
     Every task of every host gets ``ansible_play_hosts_all``: a copy of the strategy's list of
     the play's host names, which takes a reference to each name. The names the inventory made
-    lie one or more to a page among the rest of the inventory, so after each fork of a worker
+    lie one or two to a page among the rest of the inventory, so after each fork of a worker
     that copy wrote to as many pages as the play has hosts, each then copied for the worker
-    still sharing it: work per host that grew with the fleet. Packed, the names of thousands
-    of hosts fill a few dozen pages."""
-    return [name.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass") if type(name) is str else name
-            for name in names]
+    still sharing it: work per host that grew with the fleet. Copied together, the names of a
+    thousand hosts fill a few dozen pages; made again for every wave, they would land in the
+    gaps that earlier objects left and spread out again."""
+    for name in names:
+        if name.__class__ is str and name not in copies:
+            copy = name.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+            copies[copy] = copy
+    return [copies.get(name, name) for name in names]
 
 
 def _result_key(result):
@@ -353,6 +358,7 @@ class StrategyModule(LinearStrategyModule):
         self._nw_probe = None  # a Templar that only tells templates from plain values
         self._nw_fleet = None
         self._nw_threads = False
+        self._nw_names = {}  # host name -> the strategy's own copy of it (_packed)
 
     # ------------------------------------------------------------------ workers
 
@@ -360,10 +366,10 @@ class StrategyModule(LinearStrategyModule):
         before, before_all = self._hosts_cache, self._hosts_cache_all
         super(StrategyModule, self)._set_hosts_cache(play, refresh=refresh)
         # Rebuilt (not kept, as refresh=False keeps lists already made): pack the new lists.
-        if self._hosts_cache is not before:
-            self._hosts_cache = _packed(self._hosts_cache)
         if self._hosts_cache_all is not before_all:
-            self._hosts_cache_all = _packed(self._hosts_cache_all)
+            self._hosts_cache_all = _packed(self._hosts_cache_all, self._nw_names)
+        if self._hosts_cache is not before:
+            self._hosts_cache = _packed(self._hosts_cache, self._nw_names)
 
     def _queue_task(self, host, task, task_vars, play_context):
         # The maintain task of a node runs in a thread of this process instead of a

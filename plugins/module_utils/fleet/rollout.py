@@ -622,7 +622,8 @@ class RunHooks(Hooks):
             node = view.nodes.get(name)
             if node is not None:
                 marks[name] = node.statuses.get(res.name)
-        done = [n for n, s in marks.items() if s == "complete" and n not in res.open_work()] + \
+        open_work = res.open_work()  # a set of the fleet's size: made once, not once per node
+        done = [n for n, s in marks.items() if s == "complete" and n not in open_work] + \
             sorted(res.state.succeeded)
         failed = [n for n, s in marks.items() if s == "erroring"]
         in_progress = [n for n, s in marks.items() if s == "in_progress"]

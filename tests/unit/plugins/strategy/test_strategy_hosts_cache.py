@@ -44,6 +44,7 @@ def _strategy(inventory):
     strategy._inventory = inventory
     strategy._hosts_cache = []
     strategy._hosts_cache_all = []
+    strategy._nw_names = {}
     return strategy
 
 
@@ -72,8 +73,24 @@ def test_lists_kept_by_a_refresh_false_call_are_not_copied_again():
     kept, kept_all = strategy._hosts_cache, strategy._hosts_cache_all
     strategy._set_hosts_cache(_Play(), refresh=False)
     assert strategy._hosts_cache is kept and strategy._hosts_cache_all is kept_all
-    strategy._set_hosts_cache(_Play())  # a refresh builds and packs new lists
+    strategy._set_hosts_cache(_Play())  # a refresh builds new lists, of the same copies
     assert strategy._hosts_cache is not kept and strategy._hosts_cache == kept
+    assert all(a is b for a, b in zip(strategy._hosts_cache_all, kept_all))
+
+
+def test_each_name_is_copied_once_for_all_the_waves():
+    inventory, _keep = _inventory(200)
+    hosts = inventory.get_hosts("all")
+    strategy = _strategy(inventory)
+    strategy._set_hosts_cache(_Play())
+    first = list(strategy._hosts_cache_all)
+    for start in range(0, 200, 50):  # each wave restricts the inventory and refreshes the lists
+        inventory.restrict_to_hosts(hosts[start:start + 50])
+        strategy._set_hosts_cache(_Play())
+        assert strategy._hosts_cache == [h.name for h in hosts[start:start + 50]]
+        assert all(a is b for a, b in zip(strategy._hosts_cache_all, first))
+        assert all(a is first[start + i] for i, a in enumerate(strategy._hosts_cache))
+    assert len(strategy._nw_names) == 200
 
 
 def test_a_restricted_inventory_gives_the_wave_and_the_whole_play():
