@@ -283,6 +283,34 @@ def test_init_containers_complete_before_the_pod_runs(sim):
     assert [s.state.running is not None for s in pod.status.container_statuses] == [True]
 
 
+def test_a_running_pod_marked_not_ready_on_a_ready_node_is_ready_again(sim):
+    """The node lifecycle controller marks a pod NotReady when it sees the pod's node not
+    ready: the pods of a node that goes down, and a pod bound to a node that has just come
+    back while the controller's view of it is still the old one. A kubelet then reports the
+    pods it runs Ready again. Without that, one such pod blocked a PodDisruptionBudget, and
+    every drain after it, for good."""
+    ns = sim.namespace("ready-again")
+    (node,) = sim.add_nodes("h100", 1)
+    sim.core.create_namespaced_pod(ns, {"metadata": {"name": "web"}, "spec": {
+        "nodeName": node, "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "web", "image": "registry.invalid/sim/web:1"}]}})
+
+    def ready():
+        pod = sim.core.read_namespaced_pod("web", ns)
+        return {c.type: c.status for c in pod.status.conditions or []}.get("Ready")
+    wait_for(lambda: ready() == "True", what="the pod Ready")
+    # What the node lifecycle controller writes (MarkPodsNotReady).
+    sim.core.patch_namespaced_pod_status("web", ns, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2026-12-03T12:00:00Z"}]}})
+    assert ready() == "False"
+    wait_for(lambda: ready() == "True", timeout=120, what="the pod Ready again")
+    pod = sim.core.read_namespaced_pod("web", ns)
+    conditions = {c.type: c.status for c in pod.status.conditions}
+    assert all(conditions.get(t) == "True" for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")), \
+        conditions
+    assert pod.status.phase == "Running" and pod.status.pod_ip
+
+
 def test_nodes_of_a_pool_boot_once_and_each_has_its_own_name_and_boot_id(sim):
     n1, n2 = sim.add_nodes("gb300", 2)
     templates = os.listdir(os.path.join(sim.cluster.dir, "templates"))
