@@ -81,6 +81,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.store imp
 
 CHECK_NOT_RUN = "not-run"
 CHECK_NONE = "none"
+# How long a run waits for the supervisor of a step recorded finished to exit and give
+# the lock back, before it reports the lock held.
+LOCK_HANDOVER_S = 10.0
 
 
 class PackageRunner(PackageStore, StepExecutor):
@@ -340,11 +343,22 @@ class PackageRunner(PackageStore, StepExecutor):
         path = self.root.outer(LOCK_FILE)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        handover = None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                record = self.running_step()
+            # A step recorded finished: its supervisor (which outlived the run that started it)
+            # gives the lock back as it exits. Wait for that, briefly, rather than fail.
+            if (record or {}).get("status") == "finished":
+                handover = handover if handover is not None else time.monotonic() + LOCK_HANDOVER_S
+                if time.monotonic() < handover:
+                    time.sleep(0.05)
+                    continue
             os.close(fd)
-            holder = lock_holder_text(self.running_step())
+            holder = lock_holder_text(record)
             raise StepFailed("another NodeWright package run holds %s on host root %s%s"
                              % (path, self.root.path, (": " + holder) if holder else ""),
                              hint="wait for it to finish, then run again; a step is never started twice")

@@ -119,6 +119,8 @@ write(spec["record_path"], dict(record, status="finished", exit_code=outcome["ex
                                 reason=outcome["reason"], duration_s=duration,
                                 stdout_tail=stdout[-limit:], stderr_tail=stderr[-limit:],
                                 finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+if spec["lock_fd"] is not None:
+    os.close(spec["lock_fd"])  # the outcome is recorded: a run whose supervisor this outlived may go on
 '''
 
 
@@ -346,7 +348,7 @@ class StepExecutor(object):
         spec = {"argv": argv, "env": env, "cwd": cwd, "chroot": self.root.path if chroot else None,
                 "timeout": timeout, "timeout_reason": timeout_reason, "out": log + ".stdout", "err": log + ".stderr",
                 "log": log, "header": header, "accepted": ",".join(str(c) for c in step.returncodes),
-                "record": record, "record_path": record_path, "tail_chars": TAIL_CHARS}
+                "record": record, "record_path": record_path, "tail_chars": TAIL_CHARS, "lock_fd": self.lock_fd}
         keep = (self.lock_fd,) if self.lock_fd is not None else ()
         supervisor = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,

@@ -268,6 +268,73 @@ def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(roo
     assert not exists(root, "/var/lib/nodewright/step.json")
 
 
+def _orphaned_finished_step(root):
+    """A run killed while its step ran; the step then finished under its supervisor,
+    which recorded it finished (step.json) and gave the lock back."""
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import run_packages\n"
+            "run_packages([{'src': %r, 'name': 'shellscript', 'config': %r}], host_root=%r, resource='slow')\n"
+            % (os.path.join(REPO, ".collections"), SHELLSCRIPT, SLOW, root))
+    module = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    wait_until(lambda: exists(root, "/var/lib/nodewright/step.json") and json.loads(
+        read(root, "/var/lib/nodewright/step.json")).get("status") == "running", "the step recorded running")
+    os.killpg(module.pid, signal.SIGKILL)
+    module.wait()
+    hostroot.run(root, "touch /etc/slow-go")
+    wait_until(lambda: json.loads(read(root, "/var/lib/nodewright/step.json")).get("status") == "finished",
+               "the step to finish")
+
+
+def _hold_lock(root, seconds):
+    """A process holding the host's package lock for ``seconds``, as a step supervisor
+    does between recording its step finished and exiting (longer on a loaded host)."""
+    lock = os.path.join(root, "var/lib/nodewright/lock")
+    code = ("import fcntl, os, sys, time\n"
+            "fd = os.open(%r, os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "sys.stdout.write('held\\n'); sys.stdout.flush()\n"
+            "time.sleep(%r)\n" % (lock, seconds))
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    return holder
+
+
+def test_a_run_waits_for_the_supervisor_of_a_finished_step_to_give_the_lock_back(root):
+    # The window CI once hit: the orphaned supervisor has written "finished" but not yet
+    # exited. A run arriving then waits for the lock instead of failing, and adopts the step.
+    _orphaned_finished_step(root)
+    holder = _hold_lock(root, 1.0)
+    try:
+        result = shell(root, "slow", SLOW)
+    finally:
+        holder.wait()
+    assert read(root, "/var/lib/slow-runs") == "run\n", "the finished step was not repeated"
+    (apply_step,) = [s for s in result["results"][0]["steps"] if s["stage"] == "apply"]
+    assert apply_step["adopted"] and apply_step["exit_code"] == 0
+    assert result["state"]["packages"]["shellscript"]["state"] == "complete"
+
+
+def test_a_lock_held_past_the_handover_is_reported_with_the_finished_step(root, monkeypatch):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.package import runner
+    _orphaned_finished_step(root)
+    monkeypatch.setattr(runner, "LOCK_HANDOVER_S", 0.3)
+    holder = _hold_lock(root, 3.0)
+    try:
+        with pytest.raises(StepFailed) as caught:
+            shell(root, "slow", SLOW)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "another NodeWright package run holds" in str(caught.value)
+    assert "step 'apply' of stage apply of package shellscript 1.0.0 (resource slow)" in str(caught.value)
+    assert "is still running" not in str(caught.value)
+    assert read(root, "/var/lib/slow-runs") == "run\n"
+    # Once the holder is gone, the next run adopts the step's outcome.
+    result = shell(root, "slow", SLOW)
+    assert result["state"]["packages"]["shellscript"]["state"] == "complete"
+    assert read(root, "/var/lib/slow-runs") == "run\n"
+
+
 # --------------------------------------------------------------------------- stage timeouts, reruns, uninstall-interrupt
 
 def counting(tmp_path, interrupt=None, apply_body=None):
