@@ -349,7 +349,8 @@ class PackageRunner(PackageStore, StepExecutor):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError:
-                record = self.running_step()
+                pass
+            record = self.running_step()
             # A step recorded finished: its supervisor (which outlived the run that started it)
             # gives the lock back as it exits. Wait for that, briefly, rather than fail.
             if (record or {}).get("status") == "finished":
