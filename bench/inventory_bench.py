@@ -26,6 +26,7 @@ import datetime
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,8 +47,13 @@ LEAN = "ansible-inventory --list (fleet-sync, node_facts)"
 # of the inventory and of vars plugins) instead of every variable Ansible would give it.
 EXPORT = "ansible-inventory --list --export"
 LEAN_EXPORT = "ansible-inventory --list --export (fleet-sync, node_facts)"
+# What ansible-core itself costs for the same hosts and host variables, without the
+# plugin: the plugin's own --export output, saved once per size and replayed through a
+# script inventory that prints it (no Kubernetes call, no facts to derive).
+REPLAY = "ansible-inventory --list (the same variables replayed, no plugin)"
+LEAN_REPLAY = "ansible-inventory --list (the fleet-sync variables replayed, no plugin)"
 COMMANDS = ("kubectl get nodes -o json", "ansible-inventory --list", EXPORT, LEAN, LEAN_EXPORT,
-            "ansible-inventory --graph")
+            "ansible-inventory --graph", REPLAY, LEAN_REPLAY)
 GOAL_RATIO = 1.3
 
 
@@ -100,7 +106,23 @@ def plugin_split(env):
     return (int(m.group(1)), float(m.group(2)), float(m.group(3))) if m else None
 
 
+def replay_script(source, env, workdir):
+    """An executable script inventory that prints what ``source`` gave (``--list --export``)."""
+    data = os.path.join(workdir, os.path.basename(source) + ".json")
+    with open(data, "wb") as out:
+        subprocess.run([os.path.join(VENV_BIN, "ansible-inventory"), "-i", source, "--list", "--export"], env=env,
+                       stdout=out, stderr=subprocess.DEVNULL, check=True)
+    script = os.path.join(workdir, os.path.basename(source) + ".replay.sh")
+    with open(script, "w") as fh:
+        fh.write("#!/bin/sh\n# a script inventory: the same hosts and variables, read from a file\n"
+                 "[ \"$1\" = --list ] && exec cat %s\necho '{}'\n" % data)
+    os.chmod(script, 0o755)
+    return script
+
+
 def measure(size, runs, env, kubectl):
+    workdir = tempfile.mkdtemp(prefix="inventory-replay-")
+    replay, lean_replay = replay_script(INVENTORY_FILE, env, workdir), replay_script(LEAN_FILE, env, workdir)
     commands = {
         "kubectl get nodes -o json": [kubectl, "get", "nodes", "-o", "json"],
         "ansible-inventory --list": [os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--list"],
@@ -108,6 +130,8 @@ def measure(size, runs, env, kubectl):
         EXPORT: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--list", "--export"],
         LEAN_EXPORT: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", LEAN_FILE, "--list", "--export"],
         "ansible-inventory --graph": [os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--graph"],
+        REPLAY: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", replay, "--list"],
+        LEAN_REPLAY: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", lean_replay, "--list"],
     }
     samples = {k: [] for k in commands}
     for _ in range(runs):
@@ -118,6 +142,7 @@ def measure(size, runs, env, kubectl):
         walls = [v[0] for v in values]
         rows.append({"size": size, "command": label, "wall_median": statistics.median(walls),
                      "wall_min": min(walls), "rss_max": max(v[1] for v in values), "bytes": values[-1][2]})
+    shutil.rmtree(workdir, ignore_errors=True)
     return rows, plugin_split(env)
 
 
