@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.join(REPO, "simulator"))
 from nodewright_sim.cluster import Cluster, bin_dir  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
+ANSIBLE_INVENTORY = os.path.join(VENV_BIN, "ansible-inventory")
 INVENTORY_FILE = os.path.join(REPO, "inventory", "all-gpus.k8s_nodes.yml")
 # The same nodes with the lean host variables of the shipped AWX/AAP sync example (node_facts).
 LEAN_FILE = os.path.join(REPO, "inventory", "fleet-sync.k8s_nodes.yml")
@@ -100,7 +101,7 @@ def add_nodes(name, env, count):
 
 def plugin_split(env):
     """The plugin's own -vv line: nodes read in X s, inventory built in Y s."""
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--graph", "-vv"],
+    proc = subprocess.run([ANSIBLE_INVENTORY, "-i", INVENTORY_FILE, "--graph", "-vv"],
                           env=env, capture_output=True, text=True, check=True)
     m = re.search(r"(\d+) nodes read in ([\d.]+)s, inventory built in ([\d.]+)s", proc.stdout + proc.stderr)
     return (int(m.group(1)), float(m.group(2)), float(m.group(3))) if m else None
@@ -110,7 +111,7 @@ def replay_script(source, env, workdir):
     """An executable script inventory that prints what ``source`` gave (``--list --export``)."""
     data = os.path.join(workdir, os.path.basename(source) + ".json")
     with open(data, "wb") as out:
-        subprocess.run([os.path.join(VENV_BIN, "ansible-inventory"), "-i", source, "--list", "--export"], env=env,
+        subprocess.run([ANSIBLE_INVENTORY, "-i", source, "--list", "--export"], env=env,
                        stdout=out, stderr=subprocess.DEVNULL, check=True)
     script = os.path.join(workdir, os.path.basename(source) + ".replay.sh")
     with open(script, "w") as fh:
@@ -125,24 +126,26 @@ def measure(size, runs, env, kubectl):
     replay, lean_replay = replay_script(INVENTORY_FILE, env, workdir), replay_script(LEAN_FILE, env, workdir)
     commands = {
         "kubectl get nodes -o json": [kubectl, "get", "nodes", "-o", "json"],
-        "ansible-inventory --list": [os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--list"],
-        LEAN: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", LEAN_FILE, "--list"],
-        EXPORT: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--list", "--export"],
-        LEAN_EXPORT: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", LEAN_FILE, "--list", "--export"],
-        "ansible-inventory --graph": [os.path.join(VENV_BIN, "ansible-inventory"), "-i", INVENTORY_FILE, "--graph"],
-        REPLAY: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", replay, "--list"],
-        LEAN_REPLAY: [os.path.join(VENV_BIN, "ansible-inventory"), "-i", lean_replay, "--list"],
+        "ansible-inventory --list": [ANSIBLE_INVENTORY, "-i", INVENTORY_FILE, "--list"],
+        LEAN: [ANSIBLE_INVENTORY, "-i", LEAN_FILE, "--list"],
+        EXPORT: [ANSIBLE_INVENTORY, "-i", INVENTORY_FILE, "--list", "--export"],
+        LEAN_EXPORT: [ANSIBLE_INVENTORY, "-i", LEAN_FILE, "--list", "--export"],
+        "ansible-inventory --graph": [ANSIBLE_INVENTORY, "-i", INVENTORY_FILE, "--graph"],
+        REPLAY: [ANSIBLE_INVENTORY, "-i", replay, "--list"],
+        LEAN_REPLAY: [ANSIBLE_INVENTORY, "-i", lean_replay, "--list"],
     }
     samples = {k: [] for k in commands}
-    for _ in range(runs):
-        for label, argv in commands.items():
-            samples[label].append(run_measured(argv, env))
+    try:
+        for _ in range(runs):
+            for label, argv in commands.items():
+                samples[label].append(run_measured(argv, env))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     rows = []
     for label, values in samples.items():
         walls = [v[0] for v in values]
         rows.append({"size": size, "command": label, "wall_median": statistics.median(walls),
                      "wall_min": min(walls), "rss_max": max(v[1] for v in values), "bytes": values[-1][2]})
-    shutil.rmtree(workdir, ignore_errors=True)
     return rows, plugin_split(env)
 
 

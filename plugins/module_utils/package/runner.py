@@ -354,7 +354,8 @@ class PackageRunner(PackageStore, StepExecutor):
             # A step recorded finished: its supervisor (which outlived the run that started it)
             # gives the lock back as it exits. Wait for that, briefly, rather than fail.
             if (record or {}).get("status") == "finished":
-                handover = handover if handover is not None else time.monotonic() + LOCK_HANDOVER_S
+                if handover is None:
+                    handover = time.monotonic() + LOCK_HANDOVER_S
                 if time.monotonic() < handover:
                     time.sleep(0.05)
                     continue

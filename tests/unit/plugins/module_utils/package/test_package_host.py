@@ -22,6 +22,7 @@ from nodewright_sim import hostroot
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import StepFailed, run_packages
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.steps import LOCK_FILE
 
 pytestmark = pytest.mark.unit
 
@@ -236,7 +237,9 @@ def wait_until(predicate, what, timeout=60):
         time.sleep(0.1)
 
 
-def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(root, tmp_path):
+def _kill_a_run_while_its_step_runs(root):
+    """Start a package run of SLOW in a process of its own and kill it (its whole process
+    group) once the step runs; the step's supervisor, a session of its own, lives on."""
     code = ("import sys; sys.path.insert(0, %r)\n"
             "from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import run_packages\n"
             "run_packages([{'src': %r, 'name': 'shellscript', 'config': %r}], host_root=%r, resource='slow')\n"
@@ -248,6 +251,10 @@ def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(roo
         read(root, "/var/lib/nodewright/step.json")).get("status") == "running", "the step recorded running")
     os.killpg(module.pid, signal.SIGKILL)  # the module and its process group die; the step's does not
     module.wait()
+
+
+def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(root, tmp_path):
+    _kill_a_run_while_its_step_runs(root)
 
     with pytest.raises(StepFailed) as caught:
         shell(root, "slow", SLOW)
@@ -271,15 +278,7 @@ def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(roo
 def _orphaned_finished_step(root):
     """A run killed while its step ran; the step then finished under its supervisor,
     which recorded it finished (step.json) and gave the lock back."""
-    code = ("import sys; sys.path.insert(0, %r)\n"
-            "from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import run_packages\n"
-            "run_packages([{'src': %r, 'name': 'shellscript', 'config': %r}], host_root=%r, resource='slow')\n"
-            % (os.path.join(REPO, ".collections"), SHELLSCRIPT, SLOW, root))
-    module = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    wait_until(lambda: exists(root, "/var/lib/nodewright/step.json") and json.loads(
-        read(root, "/var/lib/nodewright/step.json")).get("status") == "running", "the step recorded running")
-    os.killpg(module.pid, signal.SIGKILL)
-    module.wait()
+    _kill_a_run_while_its_step_runs(root)
     hostroot.run(root, "touch /etc/slow-go")
     wait_until(lambda: json.loads(read(root, "/var/lib/nodewright/step.json")).get("status") == "finished",
                "the step to finish")
@@ -288,7 +287,7 @@ def _orphaned_finished_step(root):
 def _hold_lock(root, seconds):
     """A process holding the host's package lock for ``seconds``, as a step supervisor
     does between recording its step finished and exiting (longer on a loaded host)."""
-    lock = os.path.join(root, "var/lib/nodewright/lock")
+    lock = os.path.join(root, LOCK_FILE.lstrip("/"))
     code = ("import fcntl, os, sys, time\n"
             "fd = os.open(%r, os.O_RDWR | os.O_CREAT, 0o600)\n"
             "fcntl.flock(fd, fcntl.LOCK_EX)\n"
