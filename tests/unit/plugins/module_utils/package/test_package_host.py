@@ -22,7 +22,7 @@ from nodewright_sim import hostroot
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import StepFailed, run_packages
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.steps import LOCK_FILE
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.steps import LOCK_FILE, STEP_RECORD
 
 pytestmark = pytest.mark.unit
 
@@ -237,6 +237,17 @@ def wait_until(predicate, what, timeout=60):
         time.sleep(0.1)
 
 
+def _step_status(root):
+    """The status in the host's step record (step.json), or None when there is none."""
+    return json.loads(read(root, STEP_RECORD)).get("status") if exists(root, STEP_RECORD) else None
+
+
+def _let_the_orphaned_step_finish(root):
+    """Let SLOW's step go on, and wait until its supervisor has recorded it finished."""
+    hostroot.run(root, "touch /etc/slow-go")
+    wait_until(lambda: _step_status(root) == "finished", "the step to finish")
+
+
 def _kill_a_run_while_its_step_runs(root):
     """Start a package run of SLOW in a process of its own and kill it (its whole process
     group) once the step runs; the step's supervisor, a session of its own, lives on."""
@@ -247,8 +258,7 @@ def _kill_a_run_while_its_step_runs(root):
     module = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     wait_until(lambda: exists(root, "/var/lib/slow-runs"), "the step to start")
     # ... and its supervisor to have recorded it running (its process ID), as it does at once.
-    wait_until(lambda: exists(root, "/var/lib/nodewright/step.json") and json.loads(
-        read(root, "/var/lib/nodewright/step.json")).get("status") == "running", "the step recorded running")
+    wait_until(lambda: _step_status(root) == "running", "the step recorded running")
     os.killpg(module.pid, signal.SIGKILL)  # the module and its process group die; the step's does not
     module.wait()
 
@@ -263,25 +273,21 @@ def test_a_step_outliving_its_killed_run_is_never_started_twice_nor_repeated(roo
     assert "is still running" in str(caught.value)
     assert read(root, "/var/lib/slow-runs") == "run\n", "no second copy started"
 
-    hostroot.run(root, "touch /etc/slow-go")
-    wait_until(lambda: json.loads(read(root, "/var/lib/nodewright/step.json")).get("status") == "finished",
-               "the step to finish")
+    _let_the_orphaned_step_finish(root)
     result = shell(root, "slow", SLOW)
     assert read(root, "/var/lib/slow-runs") == "run\n", "the finished step was not repeated"
     (apply_step,) = [s for s in result["results"][0]["steps"] if s["stage"] == "apply"]
     assert apply_step["adopted"] and apply_step["exit_code"] == 0
     assert "finished in a run that did not return" in apply_step["reason"]
     assert result["state"]["packages"]["shellscript"]["state"] == "complete"
-    assert not exists(root, "/var/lib/nodewright/step.json")
+    assert not exists(root, STEP_RECORD)
 
 
 def _orphaned_finished_step(root):
     """A run killed while its step ran; the step then finished under its supervisor,
     which recorded it finished (step.json) and gave the lock back."""
     _kill_a_run_while_its_step_runs(root)
-    hostroot.run(root, "touch /etc/slow-go")
-    wait_until(lambda: json.loads(read(root, "/var/lib/nodewright/step.json")).get("status") == "finished",
-               "the step to finish")
+    _let_the_orphaned_step_finish(root)
 
 
 def _hold_lock(root, seconds):
