@@ -7,7 +7,7 @@ COLL := .collections/ansible_collections/nodewright/fleet
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system-packages venv link binaries demo test unit integration lint sanity molecule docs changelog build bench clean sim-up sim-down
+.PHONY: setup system-packages venv link binaries demo test unit integration matrix matrix-venvs lint sanity molecule docs changelog build bench clean sim-up sim-down
 
 setup: system-packages venv link binaries
 
@@ -17,12 +17,13 @@ system-packages:
 	@bash simulator/system-packages.sh
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt simulator/pyproject.toml cli/pyproject.toml | system-packages
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt
-	$(BIN)/pip install -q -e simulator
-	$(BIN)/pip install -q -e cli
-	touch $@
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "nodewright: installing the Python requirements into $(VENV) (one-time)"
+	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	@$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@# compat: the source folders on sys.path, without setuptools' notice about lenient editable installs
+	@$(BIN)/pip install -q --disable-pip-version-check -e simulator -e cli --config-settings editable_mode=compat
+	@touch $@
 
 venv: $(BIN)/.installed
 
@@ -40,6 +41,14 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest tests
+
+# The collection on every other supported ansible-core (tests/compat/ansible_core_matrix.py):
+# a virtualenv per release in .matrix/, its unit tests, ansible-doc and the demo's rollout.
+matrix: setup
+	$(BIN)/python tests/compat/ansible_core_matrix.py $(if $(VERSIONS),--versions $(VERSIONS))
+
+matrix-venvs:
+	$(PY) tests/compat/ansible_core_matrix.py --prepare-only
 
 unit: venv link
 	$(BIN)/pytest -m unit tests

@@ -42,7 +42,15 @@ build() { # name version module-dir package [ldflags]
   need_go
   echo "building $name $version (one-time; cached in $bin)" >&2
   local start=$SECONDS
-  (cd "$here/go/$dir" && go build -p "$jobs" -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
+  # go's own progress (a line per module downloaded) goes to a log, shown only when the build fails.
+  local log="$bin/$name-$version.build.log"
+  if ! (cd "$here/go/$dir" && go build -p "$jobs" -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg") \
+      >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "building $name failed; the whole output is in $log" >&2
+    exit 1
+  fi
+  rm -f "$log"
   mv "$out.tmp" "$out"
   ln -sfn "$name-$version" "$bin/$name"
   echo "built $name in $((SECONDS - start))s" >&2

@@ -94,7 +94,7 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as nw_metrics
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import ANNOTATION_STATE_PREFIX
-from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html, report_metrics
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals, report_html, report_metrics
 
 NODEWRIGHT_KEYS = ("evicted", "kept", "still_present", "blocking_pdbs", "initially_blocking", "plan",
                    "packages", "interrupt", "boot_id", "rebooted", "failures", "steps", "duration", "waited_seconds")
@@ -174,9 +174,8 @@ class CallbackModule(CallbackBase):
             start += seconds
 
     def _record(self, result, status):
-        host = result._host.get_name()
-        task = result._task
-        data = result._result if isinstance(result._result, dict) else {}
+        host, task, data = core_internals.callback_result(result)
+        host = host.get_name()
         entry = self._host(host)
         entry["last_seen"] = time.time()
         started = self._task_start.get(task._uuid)
@@ -225,9 +224,10 @@ class CallbackModule(CallbackBase):
         self._record(result, "unreachable")
 
     def v2_runner_on_skipped(self, result):
-        self._host_task_start.pop((result._host.get_name(), result._task._uuid), None)
+        host, task, _data = core_internals.callback_result(result)
+        self._host_task_start.pop((host.get_name(), task._uuid), None)
         if self.get_option("include_tasks"):
-            self.report["tasks"].append({"task": _task_name(result._task), "host": result._host.get_name(),
+            self.report["tasks"].append({"task": _task_name(task), "host": host.get_name(),
                                          "status": "skipped", "result": {}})
 
     def _add_rollout(self, stats):

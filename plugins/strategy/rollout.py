@@ -75,6 +75,9 @@ notes:
     once. Over the local connection the package run's bookkeeping then ends with the controller when the
     controller is killed (a forked worker outlives it); the running step finishes under its own supervisor and
     the next start adopts its recorded outcome without running it again. Threads are not the default."
+  - "Thread workers use ansible-core's worker internals of 2.19 and 2.20. On any other supported release
+    (2.16 to 2.21) C(nodewright_rollout_workers=threads) prints one warning line and every task runs in a forked
+    worker, as with C(processes); docs/compatibility.md lists what the collection uses of ansible-core per release."
 """
 
 EXAMPLES = r"""
@@ -162,9 +165,10 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     load_policy,
     read_settings,
     resources_from_desired,
+    status_writer,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
-from ansible_collections.nodewright.fleet.plugins.plugin_utils import thread_worker
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals
 
 display = Display()
 
@@ -173,13 +177,18 @@ VAR_WORKERS = "nodewright_rollout_workers"
 _WAIT_SLICE = 1.0
 
 
+def _warning_line(text):
+    """A warning on one line on every ansible-core (before 2.19 ``warning()`` wraps it)."""
+    display.display("[WARNING]: %s" % text, color=C.COLOR_WARN, stderr=True)
+
+
 def _worker_mode(value):
     """The play's ``nodewright_rollout_workers``: ``processes`` (default) or ``threads``."""
     if value is None or value == "":
-        return thread_worker.WORKERS_PROCESSES
-    if value not in thread_worker.WORKER_MODES:
+        return core_internals.WORKERS_PROCESSES
+    if value not in core_internals.WORKER_MODES:
         raise NodeWrightError("%s must be one of %s, got %r"
-                              % (VAR_WORKERS, ", ".join(thread_worker.WORKER_MODES), value))
+                              % (VAR_WORKERS, ", ".join(core_internals.WORKER_MODES), value))
     return value
 
 
@@ -197,39 +206,6 @@ class _TemplatedVariables(object):
         if value is not None and self._probe.is_template(value):
             value = Templar(loader=self._loader, variables=self._variables).template(value)
         return value
-
-
-def status_writer(auth):
-    """The resource status written at every admission, from the nodes' markers.
-
-    A node this run cannot reach (another job slice's, another run's) counts as still to
-    do only while its markers say so: once another run has finished it, it is complete
-    here too, so that every slice writes the one combined status."""
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
-    cache, desired, judged = {}, {}, {}
-
-    def still_to_do(res, node, specs):
-        meta = node.get("metadata") or {}
-        key = (res.name, meta.get("name"), meta.get("resourceVersion"))
-        if key not in judged:
-            if res.name not in desired:
-                desired[res.name] = desired_state.desired_packages(specs, cache)
-            judged[key] = desired_state.has_work(specs, node, res.name, desired=desired[res.name], cache=cache)
-        return judged[key]
-
-    def write(res, raw_nodes, current, override, message):
-        entry = res.data or {}
-        pending = res.open_work() - res.state.succeeded
-        if res.eligible is not None and pending - res.eligible:
-            by_name = {n["metadata"]["name"]: n for n in raw_nodes}
-            specs = entry.get("packages") or []
-            pending = {t for t in pending if t in res.eligible or t not in by_name
-                       or still_to_do(res, by_name[t], specs)}
-        return compute_status(res.name, raw_nodes, res.targets, entry.get("packages") or [], override=override,
-                              message=message, generation=entry.get("generation"), current=current,
-                              pending=pending)
-    return write
 
 
 class StrategyHooks(RunHooks):
@@ -317,10 +293,9 @@ class StrategyHooks(RunHooks):
         return outcomes
 
 
-# ansible-core wraps StrategyBase._process_pending_results for the task debugger (with
-# functools.wraps); the wrapper first copies the state of every host of the play, so that a
-# debugger "redo" can roll a host back.
-_READ_RESULTS = getattr(StrategyBase._process_pending_results, "__wrapped__", None)
+# ansible-core wraps StrategyBase._process_pending_results for the task debugger; the wrapper
+# first copies the state of every host of the play, so that a debugger "redo" can roll a host back.
+_READ_RESULTS = core_internals.read_results_without_debugger_copy(StrategyBase)
 
 
 def _packed(names, copies):
@@ -341,12 +316,6 @@ def _packed(names, copies):
     return [copies.get(name, name) for name in names]
 
 
-def _result_key(result):
-    host = getattr(result, "host", None) or result._host
-    task = getattr(result, "task", None) or result._task
-    return host.name, task._uuid
-
-
 class StrategyModule(LinearStrategyModule):
     """The ``linear`` strategy, run once per wave over the hosts the driver admits."""
 
@@ -357,7 +326,7 @@ class StrategyModule(LinearStrategyModule):
         self._nw_count = 0
         self._nw_probe = None  # a Templar that only tells templates from plain values
         self._nw_fleet = None
-        self._nw_threads = False
+        self._nw_threads = None  # the ThreadWorker class when this play runs maintain tasks in threads
         self._nw_names = {}  # host name -> the strategy's own copy of it (_packed)
 
     # ------------------------------------------------------------------ workers
@@ -373,9 +342,9 @@ class StrategyModule(LinearStrategyModule):
 
     def _queue_task(self, host, task, task_vars, play_context):
         # The maintain task of a node runs in a thread of this process instead of a
-        # forked worker (plugin_utils/thread_worker.py); every other task forks.
-        if self._nw_threads and not self.debugger_active and thread_worker.threadable(task, task_vars):
-            with thread_worker.queued_in_thread():
+        # forked worker (plugin_utils/core_internals.py); every other task forks.
+        if self._nw_threads is not None and not self.debugger_active and core_internals.threadable(task, task_vars):
+            with core_internals.queued_in_thread(self._nw_threads):
                 return super(StrategyModule, self)._queue_task(host, task, task_vars, play_context)
         return super(StrategyModule, self)._queue_task(host, task, task_vars, play_context)
 
@@ -416,7 +385,7 @@ class StrategyModule(LinearStrategyModule):
         # wrapper does is done here: each result's queued task is forgotten.
         results = _READ_RESULTS(self, iterator, one_pass=one_pass, max_passes=max_passes)
         for result in results:
-            self._queued_task_cache.pop(_result_key(result), None)
+            self._queued_task_cache.pop(core_internals.result_key(result), None)
         return results
 
     def _nw_debugger_possible(self):
@@ -436,7 +405,7 @@ class StrategyModule(LinearStrategyModule):
         play = iterator._play
         try:
             variables = self._play_variables(play)
-            self._nw_threads = _worker_mode(variables.get(VAR_WORKERS)) == thread_worker.WORKERS_THREADS
+            self._nw_threads = self._thread_workers(_worker_mode(variables.get(VAR_WORKERS)))
             settings = read_settings(variables)
             if settings.desired is not None:
                 run_context.publish(settings.desired.get("rollouts"), {
@@ -501,6 +470,21 @@ class StrategyModule(LinearStrategyModule):
                 "resource": halted[0] if halted else (settings.state_resource or ""),
                 "halted": halted, "play": play.get_name()}})
         return self._end(iterator, hooks, status, reason, halted)
+
+    @staticmethod
+    def _thread_workers(mode):
+        """The ThreadWorker class for ``mode`` on this ansible-core, else None (one line says why)."""
+        unknown = core_internals.unknown_version_warning()
+        if unknown:
+            _warning_line(unknown)
+        if mode != core_internals.WORKERS_THREADS:
+            return None
+        worker = core_internals.thread_worker_class()
+        if worker is None:
+            _warning_line(core_internals.thread_workers_unavailable()
+                          or "nodewright_rollout_workers=threads: this ansible-core's worker plumbing could not be "
+                             "loaded; every task runs in a forked worker")
+        return worker
 
     def _end(self, iterator, hooks, status, reason, halted):
         result = hooks.result

@@ -33,7 +33,12 @@ def _cert(subject, issuer, pubkey, signer, ca=False, server_names=(), client=Fal
                .public_key(pubkey).serial_number(x509.random_serial_number())
                .not_valid_before(now - datetime.timedelta(minutes=5))
                .not_valid_after(now + datetime.timedelta(days=days))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+               # Key identifiers as kubeadm and managed clusters write them: Python 3.13 verifies
+               # certificates strictly (VERIFY_X509_STRICT) and refuses a chain without them.
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(pubkey), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()),
+                              critical=False))
     if ca:
         builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
                                         critical=True)

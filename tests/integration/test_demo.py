@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
@@ -64,7 +65,10 @@ class Demo(object):
         self.marker = "NODEWRIGHT_DEMO_TEST=%s" % uuid.uuid4().hex
         self.tmp = tmp
         self.env = {k: v for k, v in os.environ.items() if k not in OUTSIDE}
+        # The demo runs on the ansible-core of this test's own virtualenv (the ansible-core
+        # matrix runs this test once per supported release).
         self.env.update({"NODEWRIGHT_SIM_NAME": self.name, "ANSIBLE_NOCOLOR": "1",
+                         "NODEWRIGHT_VENV": os.path.dirname(os.path.dirname(sys.executable)),
                          self.marker.split("=")[0]: self.marker.split("=")[1]})
 
     def run(self, tag):
@@ -109,6 +113,8 @@ def _summary(output):
 def test_make_demo_rolls_the_examples_out_then_finds_nothing_to_do(demo):
     rc, output, report = demo.run("first")
     assert rc == 0, output[-8000:]
+    from ansible.release import __version__ as core_version
+    assert "ansible-core %s on Python %d.%d." % ((core_version,) + sys.version_info[:2]) in output
     summary = _summary(output)
     assert summary[0] == "NodeWright run report: %s" % (demo.tmp / "first-report.json")
     assert summary[1].startswith("  rollout.yml: 24 node(s) maintained in ")

@@ -658,3 +658,36 @@ class RunHooks(Hooks):
                 halted = record is not None and record.status == HALTED
                 self.save(res, driver.last_view, driver.last_raw, override="halted" if halted else None,
                           message=record.reason if halted else None)
+
+
+def status_writer(auth):
+    """The resource status written at every admission, from the nodes' markers.
+
+    A node this run cannot reach (another job slice's, another run's) counts as still to
+    do only while its markers say so: once another run has finished it, it is complete
+    here too, so that every slice writes the one combined status."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
+    cache, desired, judged = {}, {}, {}
+
+    def still_to_do(res, node, specs):
+        meta = node.get("metadata") or {}
+        key = (res.name, meta.get("name"), meta.get("resourceVersion"))
+        if key not in judged:
+            if res.name not in desired:
+                desired[res.name] = desired_state.desired_packages(specs, cache)
+            judged[key] = desired_state.has_work(specs, node, res.name, desired=desired[res.name], cache=cache)
+        return judged[key]
+
+    def write(res, raw_nodes, current, override, message):
+        entry = res.data or {}
+        pending = res.open_work() - res.state.succeeded
+        if res.eligible is not None and pending - res.eligible:
+            by_name = {n["metadata"]["name"]: n for n in raw_nodes}
+            specs = entry.get("packages") or []
+            pending = {t for t in pending if t in res.eligible or t not in by_name
+                       or still_to_do(res, by_name[t], specs)}
+        return compute_status(res.name, raw_nodes, res.targets, entry.get("packages") or [], override=override,
+                              message=message, generation=entry.get("generation"), current=current,
+                              pending=pending)
+    return write

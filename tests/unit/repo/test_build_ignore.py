@@ -16,6 +16,8 @@ import tarfile
 import pytest
 import yaml
 
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals
+
 pytestmark = pytest.mark.unit
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -71,13 +73,12 @@ def test_every_top_level_entry_is_meant_to_ship(listing):
 
 def test_a_sanity_ignore_file_for_every_admitted_ansible_core():
     runtime = yaml.safe_load(open(os.path.join(REPO, "meta", "runtime.yml")))
-    assert runtime["requires_ansible"] == ">=2.17.0"
-    # ansible-core releases from the lowest admitted one to the tested one (requirements.txt).
-    tested = [line.split("==")[1] for line in open(os.path.join(REPO, "requirements.txt"))
-              if line.startswith("ansible-core==")][0]
-    top = int(tested.split(".")[1])
+    # Every ansible-core minor the collection supports and tests (the internals seam's list).
+    minors = sorted(minor for _major, minor in core_internals.SUPPORTED)
+    assert runtime["requires_ansible"] == ">=2.%d.0" % minors[0]
+    assert minors == list(range(minors[0], minors[-1] + 1))
     files = {f for f in os.listdir(os.path.join(REPO, "tests", "sanity")) if fnmatch.fnmatch(f, "ignore-*.txt")}
-    assert files == {"ignore-2.%d.txt" % minor for minor in range(17, top + 1)}
+    assert files == {"ignore-2.%d.txt" % minor for minor in minors}
     for name in files:
         for number, line in enumerate(open(os.path.join(REPO, "tests", "sanity", name)), 1):
             assert " # " in line, "%s:%d: every ignore entry says why" % (name, number)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import pathlib
+import importlib.util
 import re
 
 import pytest
@@ -59,10 +60,17 @@ def test_execution_environment_uses_the_tested_ansible_versions():
     tested = pins()
     assert deps["ansible_core"]["package_pip"] == "ansible-core==" + tested["ansible-core"]
     assert deps["ansible_runner"]["package_pip"] == "ansible-runner==" + tested["ansible-runner"]
-    major, minor = (int(x) for x in tested["ansible-core"].split(".")[:2])
-    if (major, minor) >= (2, 18):  # ansible-core 2.18+ runs on Python 3.11+ only
-        found = re.search(r"python3\.(\d+)$", deps["python_interpreter"]["python_path"])
-        assert found and int(found.group(1)) >= 11
+    # The pair the whole suite runs on: the pinned ansible-core on the Python the ansible-core
+    # matrix gives its minor (docs/compatibility.md); every python the image calls is that one.
+    spec = importlib.util.spec_from_file_location("matrix", str(REPO / "tests" / "compat" / "ansible_core_matrix.py"))
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+    python = matrix.PYTHON_FOR[matrix.core_minor(tested["ansible-core"])]
+    found = re.search(r"python(3\.\d+)$", deps["python_interpreter"]["python_path"])
+    assert found and found.group(1) == python
+    assert deps["python_interpreter"]["package_system"] == "python" + found.group(1)
+    steps = "\n".join(load("execution-environment.yml")["additional_build_steps"]["append_final"])
+    assert set(re.findall(r"python3\.\d+", steps)) == {"python" + found.group(1)}
 
 
 def test_execution_environment_installs_the_built_collection():

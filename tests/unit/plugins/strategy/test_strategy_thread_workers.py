@@ -14,7 +14,7 @@ from ansible.playbook.task import Task
 from ansible.plugins import strategy as strategy_base
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.plugin_utils import thread_worker
+from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals
 from ansible_collections.nodewright.fleet.plugins.strategy import rollout
 
 pytestmark = pytest.mark.unit
@@ -32,9 +32,9 @@ LOCAL = {"ansible_connection": "local"}
 
 
 def test_the_maintain_task_over_a_local_or_ssh_connection_runs_in_a_thread():
-    assert thread_worker.threadable(_task(), LOCAL)
-    assert thread_worker.threadable(_task(), {"ansible_connection": "ansible.builtin.ssh"})
-    assert thread_worker.threadable(_task(), {})  # the default transport, ssh
+    assert core_internals.threadable(_task(), LOCAL)
+    assert core_internals.threadable(_task(), {"ansible_connection": "ansible.builtin.ssh"})
+    assert core_internals.threadable(_task(), {})  # the default transport, ssh
 
 
 @pytest.mark.parametrize("keywords", [
@@ -46,25 +46,29 @@ def test_the_maintain_task_over_a_local_or_ssh_connection_runs_in_a_thread():
     {"debugger": "on_failed"},
 ], ids=["loop", "with_items", "async", "timeout", "delegate_to", "debugger"])
 def test_a_maintain_task_that_needs_a_process_forks(keywords):
-    assert not thread_worker.threadable(_task(**keywords), LOCAL)
+    assert not core_internals.threadable(_task(**keywords), LOCAL)
 
 
 def test_other_actions_and_connections_fork():
-    assert not thread_worker.threadable(_task("ansible.builtin.command"), LOCAL)
+    assert not core_internals.threadable(_task("ansible.builtin.command"), LOCAL)
     # the node connection installs signal handlers and streams over the shared API client
-    assert not thread_worker.threadable(_task(), {"ansible_connection": "nodewright.fleet.node"})
+    assert not core_internals.threadable(_task(), {"ansible_connection": "nodewright.fleet.node"})
     # a connection chosen by a template is not known before the task runs
-    assert not thread_worker.threadable(_task(), {"ansible_connection": "{{ conn }}"})
-    assert not thread_worker.threadable(_task(connection="nodewright.fleet.node"), {})
+    assert not core_internals.threadable(_task(), {"ansible_connection": "{{ conn }}"})
+    assert not core_internals.threadable(_task(connection="nodewright.fleet.node"), {})
+
+
+class _Worker(object):
+    """Stands for the thread worker class in the swap."""
 
 
 def test_the_worker_class_is_swapped_only_while_queueing():
     saved = strategy_base.WorkerProcess
-    with thread_worker.queued_in_thread():
-        assert strategy_base.WorkerProcess is thread_worker.ThreadWorker
+    with core_internals.queued_in_thread(_Worker):
+        assert strategy_base.WorkerProcess is _Worker
     assert strategy_base.WorkerProcess is saved
     with pytest.raises(RuntimeError):
-        with thread_worker.queued_in_thread():
+        with core_internals.queued_in_thread(_Worker):
             raise RuntimeError("queueing failed")
     assert strategy_base.WorkerProcess is saved
 
