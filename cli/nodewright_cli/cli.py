@@ -11,6 +11,7 @@
     nodewright reset NODE [--resource NAME]
     nodewright reset-batches NAME
     nodewright rollout PLAYBOOK -i INVENTORY (--policy FILE | --policy-name NAME) [--admission] ...
+    nodewright rollout --resources -i INVENTORY [--resource NAME]   (rollout.yml without the strategy plugin)
     nodewright report [FILE] [--open | --print] [--no-cluster]
     nodewright node list|status NODE
     nodewright package logs NODE PACKAGE [--stage S] [-f] | rerun NODE PACKAGE --stage S

@@ -12,6 +12,13 @@ cluster, exactly as the strategy reserves the waves of NodeWright resources.
 
     nodewright rollout site.yml -i inventory.yml --policy policy.yml
     nodewright rollout site.yml -i inventory.yml --policy-name gpu-canary --state-resource gpu-tuning
+
+With ``--resources`` it runs the main job, ``playbooks/rollout.yml``, the same way: its
+planning play first (every NodeWright resource read, validated and planned), then each
+wave of every resource, each resource under its own DeploymentPolicy, reserved in the
+cluster and with each resource's status written after every wave, as the strategy does.
+
+    nodewright rollout --resources -i fleet.k8s_nodes.yml [--resource NAME]
 """
 
 from __future__ import annotations
@@ -52,27 +59,42 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
     DRIVER_WAVE_RUNNER,
     FACT,
+    VAR_DESIRED,
     VAR_DRIVER,
+    VAR_K8S_AUTH,
+    VAR_WAIT_FOR_WINDOW,
     RolloutRecord,
     RunHooks,
     StateKeeper,
     collect_nodes,
     fetch_deployment_policy,
+    read_settings,
+    resources_from_desired,
+    status_writer,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 130
+# How long a wave waits while other runs hold the capacity it needs (the strategy's default).
+CAPACITY_TIMEOUT = 3600
 _HOSTS_HEADER = re.compile(r"^(\s*)hosts \((\d+)\):\s*$")
 
 
 def add_parser(sub):
-    p = sub.add_parser("rollout", help="run a playbook wave by wave under a DeploymentPolicy (no strategy plugin)")
-    p.add_argument("playbook", help="the playbook to run on each wave")
+    p = sub.add_parser("rollout", help="run a playbook wave by wave under a DeploymentPolicy, or roll the NodeWright "
+                                       "resources out (--resources); no strategy plugin")
+    p.add_argument("playbook", nargs="?",
+                   help="the playbook to run on each wave (with --resources: default the collection's rollout.yml)")
     p.add_argument("-i", "--inventory", action="append", required=True, help="inventory source (repeatable)")
     policy = p.add_mutually_exclusive_group(required=True)
     policy.add_argument("--policy", help="YAML file: a DeploymentPolicy resource or just its spec")
     policy.add_argument("--policy-name", help="name of a DeploymentPolicy resource in the cluster")
+    policy.add_argument("--resources", action="store_true",
+                        help="roll the NodeWright resources out as playbooks/rollout.yml does, each under its own "
+                             "DeploymentPolicy")
+    p.add_argument("--resource", metavar="NAME",
+                   help="with --resources: only this NodeWright resource (rollout.yml's -e nodewright_resource=NAME)")
     p.add_argument("-l", "--limit", help="further limit the hosts (ansible --limit)")
     p.add_argument("--hosts", help="host pattern of the nodes to roll out (default: the playbook's hosts)")
     p.add_argument("-f", "--forks", type=int, default=None, help="parallel hosts within a wave")
@@ -86,7 +108,8 @@ def add_parser(sub):
                    help="keep the batch state in this NodeWright resource's status and resume from it")
     p.add_argument("--admission", action="store_true",
                    help="reserve each wave in the cluster: nodes cordoned, in progress or reserved by other runs "
-                        "count against the policy's limits (the hosts must be Kubernetes nodes)")
+                        "count against the policy's limits (the hosts must be Kubernetes nodes; always on with "
+                        "--resources)")
     p.add_argument("--reservation-ttl", type=int, default=DEFAULT_TTL,
                    help="seconds a reservation outlives a run that stopped renewing it (default %d)" % DEFAULT_TTL)
     p.add_argument("--private-data-dir", help="ansible-runner directory for artifacts (kept)")
@@ -145,14 +168,34 @@ def load_policy_file(path):
         raise ValidationError(exc.message, hint=exc.hint, source=path)
 
 
+def wave_facts(wave, records):
+    """host -> its ``nodewright_rollout`` fact for ``wave`` (a driver WaveRun), as the strategy
+    sets it; ``resource`` names the NodeWright resource the node is rolled out for."""
+    facts = {}
+    for name, engine_wave in wave.waves.items():
+        record = records[name]
+        for compartment, hosts in engine_wave.compartments.items():
+            for host in hosts:
+                fact = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
+                        "policy": record.source}
+                if record.resource:
+                    fact["resource"] = name
+                facts[host] = {FACT: fact}
+    return facts
+
+
 class WaveHooks(RunHooks):
     """Runs each wave as one ansible-runner run limited to the wave's hosts."""
 
-    def __init__(self, cli, records, keepers, workdir):
-        super(WaveHooks, self).__init__(records, keepers, say=self._print)
+    def __init__(self, cli, records, keepers, workdir, playbook=None, extravars=None, cmdline=(), writer=None):
+        super(WaveHooks, self).__init__(records, keepers, status_writer=writer, say=self._print)
         self.cli = cli
         self.workdir = workdir
+        self.playbook = playbook or os.path.abspath(cli.args.playbook)
+        self.extravars = dict(extravars or {})
+        self.cmdline = list(cmdline)
         self.reports = []
+        self.failed = set()
 
     @staticmethod
     def _print(text, level="info"):
@@ -169,44 +212,35 @@ class WaveHooks(RunHooks):
         limit_file = os.path.join(workdir, name + ".limit")
         with open(limit_file, "w") as fh:
             fh.write("\n".join(wave.nodes) + "\n")
-        facts = {}
-        for resource, engine_wave in wave.waves.items():
-            for compartment, hosts in engine_wave.compartments.items():
-                for host in hosts:
-                    facts[host] = {FACT: {"wave": wave.number, "compartment": compartment,
-                                          "wave_size": len(wave.nodes), "policy": self.records[resource].source}}
         wave_inventory = os.path.join(workdir, name + ".inventory.yml")
         with open(wave_inventory, "w") as fh:
-            yaml.safe_dump({"all": {"hosts": facts}}, fh)
-        env = {k: v for k, v in self.cli.env.items() if k == "PATH" or k.startswith(("ANSIBLE_", "NODEWRIGHT_",
-                                                                                    "K8S_AUTH_"))}
-        env.pop("NODEWRIGHT_REPORT_PATH", None)
-        cmdline = []
-        for extra in args.extra_vars:
-            cmdline += ["-e", extra]
-        if args.check:
-            cmdline.append("--check")
-        if args.verbose:
-            cmdline.append("-" + "v" * args.verbose)
+            yaml.safe_dump({"all": {"hosts": wave_facts(wave, self.records)}}, fh)
+        extravars = {VAR_DRIVER: DRIVER_WAVE_RUNNER, "nodewright_rollout_strategy": "ansible.builtin.linear"}
+        extravars.update(self.extravars)
         result = runner.run_playbook(
-            os.path.abspath(args.playbook), name, self.cli.inventories + [wave_inventory], workdir,
-            extravars={VAR_DRIVER: DRIVER_WAVE_RUNNER, "nodewright_rollout_strategy": "ansible.builtin.linear"},
-            limit="@" + limit_file, envvars=env, cmdline=cmdline, forks=args.forks, quiet=not args.show_output,
-            project_dir=os.getcwd())
+            self.playbook, name, self.cli.inventories + [wave_inventory], workdir, extravars=extravars,
+            limit="@" + limit_file, envvars=self.cli.child_env(), cmdline=self.cli.ansible_args() + self.cmdline,
+            forks=args.forks, quiet=not args.show_output, project_dir=os.getcwd())
         if result.report:
             self.reports.append(result.report)
         if not result.stats:
-            tail = ""
-            stdout = os.path.join(result.artifacts, "stdout")
-            try:
-                with open(stdout, errors="replace") as fh:
-                    tail = fh.read()[-1500:].strip()
-            except OSError:
-                pass
             raise NodeWrightError("wave %d: ansible-playbook ended (%s, rc %s) before it reported any host result%s"
-                                  % (wave.number, result.status, result.rc, (": " + tail) if tail else ""),
-                                  hint="the full output is in %s (kept with --private-data-dir)" % stdout)
-        return wave_outcome(wave.nodes, result.stats)
+                                  % (wave.number, result.status, result.rc, _tail(result)),
+                                  hint="the full output is in %s (kept with --private-data-dir)"
+                                       % os.path.join(result.artifacts, "stdout"))
+        outcomes = wave_outcome(wave.nodes, result.stats)
+        self.failed.update(h for h, o in outcomes.items() if o != "ok")
+        return outcomes
+
+
+def _tail(result, size=1500):
+    """``: <the end of a run's output>``, or nothing."""
+    try:
+        with open(os.path.join(result.artifacts, "stdout"), errors="replace") as fh:
+            tail = fh.read()[-size:].strip()
+    except OSError:
+        return ""
+    return (": " + tail) if tail else ""
 
 
 class WaveRunnerCli(object):
@@ -227,6 +261,24 @@ class WaveRunnerCli(object):
         if self.args.context:
             env["K8S_AUTH_CONTEXT"] = self.args.context
         return env
+
+    def child_env(self):
+        """The environment of a wave's ansible-playbook: Ansible's, NodeWright's and the credentials'."""
+        env = {k: v for k, v in self.env.items() if k == "PATH" or k.startswith(("ANSIBLE_", "NODEWRIGHT_",
+                                                                                 "K8S_AUTH_"))}
+        env.pop("NODEWRIGHT_REPORT_PATH", None)
+        return env
+
+    def ansible_args(self):
+        """The user's further ansible-playbook arguments: -e, --check, -v."""
+        cmdline = []
+        for extra in self.args.extra_vars:
+            cmdline += ["-e", extra]
+        if self.args.check:
+            cmdline.append("--check")
+        if self.args.verbose:
+            cmdline.append("-" + "v" * self.args.verbose)
+        return cmdline
 
     def _common_args(self):
         out = []
@@ -332,7 +384,7 @@ class WaveRunnerCli(object):
             code = EXIT_ERROR
         finally:
             hooks.finish(status, reason)
-            self.write_report(record, res, hooks, started)
+            self.write_report(os.path.abspath(args.playbook), [record.to_dict(res.state)], hooks.reports, started)
             if not args.private_data_dir and not args.keep_artifacts:
                 shutil.rmtree(workdir, ignore_errors=True)
         if code != EXIT_OK:
@@ -343,11 +395,11 @@ class WaveRunnerCli(object):
         print("nodewright rollout: %s" % reason, flush=True)
         return EXIT_OK if status in ("complete", WAITING) else EXIT_FAILED
 
-    def write_report(self, record, res, hooks, started):
-        """The callback's report shape: hosts, tasks, summary, and the rollout entry."""
-        report = {"version": 1, "started": started, "playbook": os.path.abspath(self.args.playbook),
-                  "hosts": {}, "tasks": []}
-        for one in hooks.reports:
+    def write_report(self, playbook, rollouts, reports, started):
+        """The callback's report shape: hosts, tasks, summary, and ``rollouts`` (one entry per
+        resource, none when no wave was planned) from the runs' own ``reports``."""
+        report = {"version": 1, "started": started, "playbook": playbook, "hosts": {}, "tasks": []}
+        for one in reports:
             # Each wave's playbook counts its timeline from its own start: the report
             # counts every step from the rollout's start.
             shift = float(one.get("started") or started) - started
@@ -359,14 +411,16 @@ class WaveRunnerCli(object):
                                          for step in entry.get("timeline") or []]
                     report["hosts"][host] = entry
             report["tasks"].extend(one.get("tasks") or [])
-        rollout = record.to_dict(res.state)
-        for host, where in rollout["assignment"].items():
-            if host in report["hosts"]:
-                report["hosts"][host].update(where)
+        for rollout in rollouts:
+            for host, where in rollout["assignment"].items():
+                if host in report["hosts"]:
+                    report["hosts"][host].update(where)
         summary = {}
         for entry in report["hosts"].values():
             summary[entry["outcome"]] = summary.get(entry["outcome"], 0) + 1
-        report.update({"finished": time.time(), "summary": summary, "rollout": [rollout]})
+        report.update({"finished": time.time(), "summary": summary})
+        if rollouts:
+            report["rollout"] = list(rollouts)
         report["duration"] = round(report["finished"] - started, 2)
         path = self.args.report
         tmp = path + ".tmp"
@@ -381,5 +435,237 @@ class WaveRunnerCli(object):
             os.replace(page + ".tmp", page)
 
 
+# --------------------------------------------------------------------------- --resources
+
+# rollout.yml's task that says what the run will do (its output is shown as ansible-playbook shows it).
+SUMMARY_TASK = "Say what will happen"
+STRATEGY_EXTRAVAR = "nodewright_rollout_strategy"
+
+
+def argument_problems(args):
+    """What the command line asks for that its mode cannot do (an empty list when nothing)."""
+    if not args.resources:
+        problems = []
+        if not args.playbook:
+            problems.append("give the PLAYBOOK to run on each wave, or --resources to roll the NodeWright "
+                            "resources out")
+        if args.resource:
+            problems.append("--resource NAME goes with --resources")
+        return problems
+    return ["%s does not go with --resources: %s" % (flag, why) for flag, given, why in (
+        ("--state-resource", args.state_resource, "every resource keeps its own batch state in its status"),
+        ("--hosts", args.hosts, "the nodes are the inventory's hosts that have work (narrow them with --limit)"),
+        ("--dry-run", args.dry_run, "ansible-playbook nodewright.fleet.plan prints the waves of every resource"),
+    ) if given]
+
+
+def inventory_hosts(data):
+    """Every host of ``ansible-inventory --list`` output but localhost, in the order listed
+    (a host without variables appears only in its groups)."""
+    hosts = {}
+    for group, entry in data.items():
+        if group != "_meta" and isinstance(entry, dict):
+            for host in entry.get("hosts") or ():
+                hosts[host] = None
+    for host in (data.get("_meta") or {}).get("hostvars") or {}:
+        hosts[host] = None
+    hosts.pop("localhost", None)
+    return list(hosts)
+
+
+def controller_plays(plays):
+    """``(the plays of rollout.yml that run on localhost, the name of the play that rolls out)``.
+
+    The controller's plays (planning, then status) run on their own before the waves:
+    ansible-playbook refuses a ``--limit`` that leaves only the implicit localhost."""
+    if not isinstance(plays, list):
+        raise NodeWrightError("the rollout playbook is not a list of plays")
+    local = [p for p in plays if isinstance(p, dict) and p.get("hosts") == "localhost"]
+    rollout = [p for p in plays if isinstance(p, dict) and p.get("hosts") != "localhost"]
+    if not local or len(rollout) != 1:
+        raise NodeWrightError("the rollout playbook has %d play(s) on localhost and %d other(s)" % (
+            len(local), len(rollout)), hint="--resources runs playbooks/rollout.yml (planning and status plays on "
+                                            "localhost, one rollout play over the nodes) or a copy of it")
+    return local, rollout[0].get("name") or "rollout"
+
+
+def pin_playbook_dir(value, playbook_dir):
+    """``value`` with ``{{ playbook_dir }}`` replaced by ``playbook_dir``, in every string:
+    the controller's plays run from a copy, and keep reading files next to the original."""
+    if isinstance(value, str):
+        return value.replace("{{ playbook_dir }}", playbook_dir)
+    if isinstance(value, list):
+        return [pin_playbook_dir(v, playbook_dir) for v in value]
+    if isinstance(value, dict):
+        return {k: pin_playbook_dir(v, playbook_dir) for k, v in value.items()}
+    return value
+
+
+class _UnsafeDumper(yaml.SafeDumper):
+    """YAML whose every string is ``!unsafe``: data read from the cluster is never a template."""
+
+
+_UnsafeDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar("!unsafe", text))
+
+
+def write_unsafe_vars(path, variables):
+    """``variables`` as a vars file for ``-e @path`` that Ansible never templates, as it never
+    templates a registered result (the desired state carries the resources' text as is)."""
+    with open(path, "w") as fh:
+        yaml.dump(variables, fh, Dumper=_UnsafeDumper, default_flow_style=False, sort_keys=False)
+    return path
+
+
+def plan_problem(status, rc, report, desired):
+    """``(exit status, message)`` when the planning run gave no plan, else None: 2 when a task of
+    the planning play stopped it (a blocked resource, conflicts, bad input), as ansible-playbook
+    ends; 1 when the playbook could not run."""
+    local = ((report or {}).get("hosts") or {}).get("localhost") or {}
+    if local.get("outcome") not in (None, "ok"):
+        return EXIT_FAILED, "rollout.yml stopped at '%s': %s" % (local.get("failed_task"), local.get("msg"))
+    if status != "successful":
+        return EXIT_ERROR, "rollout.yml's planning play could not run (%s, rc %s)" % (status, rc)
+    if desired is None:
+        return EXIT_ERROR, "rollout.yml's planning play gave no plan (no result of '%s')" % runner.DESIRED_TASK
+    return None
+
+
+def resources_exit(status, halted, failed):
+    """The exit status of ``ansible-playbook rollout.yml`` for the same outcome: 2 when a node
+    failed or a policy halted, 1 an error, 130 interrupted, else 0."""
+    if status == "error":
+        return EXIT_ERROR
+    if status == INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if halted or failed else EXIT_OK
+
+
+class ResourcesCli(WaveRunnerCli):
+    """``nodewright rollout --resources``: rollout.yml's planning play, then the waves of every
+    NodeWright resource, each an ansible-runner run of rollout.yml over the wave's nodes under
+    ``linear``; the strategy plugin is never loaded."""
+
+    def __init__(self, args):
+        super(ResourcesCli, self).__init__(args)
+        self.playbook = os.path.abspath(args.playbook) if args.playbook else collection.playbook("rollout.yml")
+
+    def extravars(self):
+        out = {VAR_DRIVER: DRIVER_WAVE_RUNNER, STRATEGY_EXTRAVAR: "ansible.builtin.linear"}
+        if self.args.resource:
+            out["nodewright_resource"] = self.args.resource
+        return out
+
+    def planning_playbook(self, workdir):
+        """A copy of the playbook's controller plays in ``workdir``; the name of its rollout play."""
+        with open(self.playbook) as fh:
+            plays = yaml.safe_load(fh)
+        local, play_name = controller_plays(plays)
+        path = os.path.join(workdir, "plan-" + os.path.basename(self.playbook))
+        with open(path, "w") as fh:
+            yaml.safe_dump(pin_playbook_dir(local, os.path.dirname(self.playbook)), fh, sort_keys=False)
+        return path, play_name
+
+    def plan(self, workdir):
+        """``(the planning run, the desired state or None, the name of the rollout play)``."""
+        path, play_name = self.planning_playbook(workdir)
+        print("nodewright rollout: planning (%s)" % os.path.basename(self.playbook), flush=True)
+        result = runner.run_playbook(
+            path, "plan", self.inventories, workdir, extravars=self.extravars(), envvars=self.child_env(),
+            cmdline=self.ansible_args(), quiet=not self.args.show_output, project_dir=os.getcwd(),
+            keep_events=lambda e: runner.is_desired_result(e) or (e.get("event_data") or {}).get("task") ==
+            SUMMARY_TASK)
+        for event in result.events:
+            data = event.get("event_data") or {}
+            msg = (data.get("res") or {}).get("msg") if event.get("event") == "runner_on_ok" else None
+            if data.get("task") == SUMMARY_TASK and msg:
+                print("nodewright rollout: %s" % " ".join(str(msg).split()), flush=True)
+        return result, runner.desired_result(result.events), play_name
+
+    def hosts(self):
+        """The inventory's hosts (``--limit`` applied), without localhost."""
+        if self.args.limit:
+            argv = [_tool("ansible"), "all", "--list-hosts"]
+            for inv in self.inventories:
+                argv += ["-i", inv]
+            argv += ["--limit", self.args.limit]
+            return [h for h in parse_list_hosts(self._run_tool(argv, "ansible all --list-hosts")) if h != "localhost"]
+        argv = [_tool("ansible-inventory"), "--list"]
+        for inv in self.inventories:
+            argv += ["-i", inv]
+        return inventory_hosts(json.loads(self._run_tool(argv, "ansible-inventory --list")))
+
+    def run(self):
+        args = self.args
+        started = time.time()
+        workdir = args.private_data_dir or tempfile.mkdtemp(prefix="nodewright-rollout-")
+        os.makedirs(workdir, exist_ok=True)
+        try:
+            return self._run(workdir, started)
+        finally:
+            if not args.private_data_dir and not args.keep_artifacts:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run(self, workdir, started):
+        args = self.args
+        planned, desired, play_name = self.plan(workdir)
+        problem = plan_problem(planned.status, planned.rc, planned.report, desired)
+        if problem:
+            code, message = problem
+            if planned.report:
+                self.write_report(self.playbook, [], [planned.report], started)
+            print("nodewright rollout: %s%s" % (message, "" if code == EXIT_FAILED else _tail(planned)),
+                  file=sys.stderr, flush=True)
+            return code
+        settings = read_settings({VAR_DESIRED: desired, VAR_DRIVER: DRIVER_WAVE_RUNNER, VAR_K8S_AUTH: self.auth,
+                                  VAR_WAIT_FOR_WINDOW: args.wait_for_window})
+        hosts = self.hosts()
+        resources, records, keepers = resources_from_desired(
+            settings.desired, hosts, settings, play_name, DRIVER_WAVE_RUNNER, check_mode=args.check,
+            say=WaveHooks._print)
+        if not any(r.eligible for r in resources):
+            # As the strategy skips its play: the planning run wrote each resource's status.
+            print("nodewright rollout: nothing to do: no node of the inventory has work", flush=True)
+            self.write_report(self.playbook, [], [planned.report] if planned.report else [], started)
+            return EXIT_OK
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
+        api = get_api_client(self.auth)
+        record_lock = None if args.check else ReservationRecord(
+            api, ttl=args.reservation_ttl, run="nodewright rollout --resources")
+        fleet = ClusterFleet(api, record_lock, threaded=True)
+        desired_vars = write_unsafe_vars(os.path.join(workdir, "desired.yml"), {VAR_DESIRED: desired})
+        hooks = WaveHooks(self, records, keepers, workdir, playbook=self.playbook, extravars=self.extravars(),
+                          cmdline=["-e", "@" + desired_vars], writer=status_writer(self.auth))
+        driver = RolloutDriver(resources, fleet, hooks, holder_id=record_lock.holder_id if record_lock else "",
+                               wait_for_window=args.wait_for_window, capacity_timeout=CAPACITY_TIMEOUT, poll=5.0)
+        hooks.driver = driver
+        print("nodewright rollout: %s; artifacts in %s" % ("; ".join(
+            "%s: %d node(s) with work, policy %s" % (r.name, len(r.work), records[r.name].source)
+            for r in driver.resources), workdir), flush=True)
+        status, reason = INTERRUPTED, "the run was interrupted"
+        try:
+            status, reason = driver.run()
+        except KeyboardInterrupt:
+            status, reason = INTERRUPTED, "the run was interrupted"
+        except NodeWrightError as exc:
+            status, reason = "error", str(exc)
+            print("nodewright rollout: %s" % exc, file=sys.stderr, flush=True)
+        finally:
+            hooks.finish(status, reason)
+            self.write_report(self.playbook, [records[r.name].to_dict(r.state, done=r.done)
+                                              for r in driver.resources],
+                              ([planned.report] if planned.report else []) + hooks.reports, started)
+        halted = [records[r.name].reason for r in driver.resources if records[r.name].status == HALTED]
+        if halted:
+            print("; ".join(halted), file=sys.stderr, flush=True)
+        elif status not in ("error", INTERRUPTED):
+            print("nodewright rollout: %s" % reason, flush=True)
+        return resources_exit(status, halted, hooks.failed)
+
+
 def cmd_rollout(args):
+    problems = argument_problems(args)
+    if problems:
+        raise NodeWrightError("; ".join(problems))
+    if args.resources:
+        return ResourcesCli(args).run()
     return WaveRunnerCli(args).run()

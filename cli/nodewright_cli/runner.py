@@ -17,6 +17,8 @@ import time
 from nodewright_cli import collection
 
 DRIFT_TASK = "Run the check stages of each completed resource's packages"
+# The task of rollout.yml that plans the run; it registers nodewright_desired.
+DESIRED_TASK = "Read NodeWright resources, validate them and plan every node"
 
 
 class RunResult(object):
@@ -187,3 +189,25 @@ def drift_results(events):
                 continue
             found.setdefault(node, {})[resource] = list(item.get("drifted") or [])
     return found, errors
+
+
+def is_desired_result(event):
+    return event.get("event") in ("runner_on_ok", "runner_on_failed") and \
+        (event.get("event_data") or {}).get("task") == DESIRED_TASK
+
+
+def desired_result(events):
+    """The ``nodewright_desired`` that rollout.yml registered on localhost, from its job
+    events: the desired_state result as a later task reads it, or None when the task
+    failed or never ran."""
+    found = None
+    for event in events:
+        data = event.get("event_data") or {}
+        if not is_desired_result(event) or data.get("host") not in (None, "localhost"):
+            continue
+        res = data.get("res")
+        if event.get("event") != "runner_on_ok" or not isinstance(res, dict) or res.get("failed"):
+            found = None
+            continue
+        found = {k: v for k, v in res.items() if not k.startswith("_ansible") and k != "invocation"}
+    return found

@@ -37,6 +37,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
     result_of,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import VAR_DESIRED
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_OPTIONS, get_api_client
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
@@ -152,6 +153,20 @@ class ActionModule(ActionBase):
         value = self._templar.template(task_vars[name])
         return default if value is None else value
 
+    def _resource_from_play(self, task_vars, resource):
+        """The resource's description when no rollout strategy published the run (rollout.yml's
+        play under ``linear``, as ``nodewright rollout --resources`` runs it): published here
+        from the play's ``nodewright_rollout_desired``, once per process, as the strategy does."""
+        if run_context.names() or VAR_DESIRED not in task_vars:
+            return None
+        desired = self._var(task_vars, VAR_DESIRED)
+        rollouts = desired.get("rollouts") if isinstance(desired, dict) else None
+        if not isinstance(rollouts, list):
+            return None
+        run_context.publish(rollouts, {"runtime_required": any(
+            isinstance(r, dict) and r.get("runtime_required") for r in rollouts)})
+        return run_context.resource(resource)
+
     def _check_mode(self):
         return bool(self._task.check_mode if self._task.check_mode is not None else self._play_context.check_mode)
 
@@ -177,6 +192,8 @@ class ActionModule(ActionBase):
         resource = args.get("resource") or rollout_fact.get("resource") or self._var(
             task_vars, "safe_update_resource") or "default"
         entry = run_context.resource(resource)
+        if entry is None:
+            entry = self._resource_from_play(task_vars, resource)
         node = args.get("name") or self._var(task_vars, "safe_update_node") or task_vars.get("inventory_hostname")
         self._seq = _Sequence(self, task_vars, node, resource, entry)
         try:

@@ -187,8 +187,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--versions", help="comma-separated minors or releases (default: every supported one)")
     parser.add_argument("--prepare-only", action="store_true", help="make the virtualenvs and stop")
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("NODEWRIGHT_MATRIX_JOBS") or 3),
-                        help="releases tested at once, each on a simulator of its own (default 3: a rollout on "
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("NODEWRIGHT_MATRIX_JOBS") or 5),
+                        help="releases tested at once, each on a simulator of its own (default 5: a rollout on "
                              "the simulator mostly waits, for drains and reboots)")
     args = parser.parse_args(argv)
     todo = versions(set(args.versions.split(",")) if args.versions else None)
