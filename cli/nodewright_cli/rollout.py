@@ -64,6 +64,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     VAR_K8S_AUTH,
     VAR_WAIT_FOR_WINDOW,
     RolloutRecord,
+    STAT_BLOCKED,
+    STAT_PAUSED,
     RunHooks,
     StateKeeper,
     collect_nodes,
@@ -146,13 +148,18 @@ def parse_list_hosts(text):
 
 
 def wave_outcome(wave_nodes, stats):
-    """node -> ok | failed for a wave from ansible's per-host stats; a host with no stats
-    at all is counted as failed, since losing track of a node is not a success."""
+    """node -> ok | failed | blocked for a wave from ansible's per-host stats; a host with no
+    stats at all is counted as failed, since losing track of a node is not a success; a node
+    the maintain task left blocked by non-interruptible pods, or stopped because its resource was
+    paused (the run's custom stats), is blocked: neither done nor failed."""
     stats = stats or {}
     processed = set(stats.get("processed") or {})
     bad = {h for h, n in (stats.get("failures") or {}).items() if n} | \
         {h for h, n in (stats.get("dark") or {}).items() if n}
-    return {h: ("failed" if h in bad or h not in processed else "ok") for h in wave_nodes}
+    custom = stats.get("artifact_data") or {}
+    blocked = set(custom.get(STAT_BLOCKED) or {}) | set(custom.get(STAT_PAUSED) or {})
+    return {h: ("failed" if h in bad or h not in processed else "blocked" if h in blocked else "ok")
+            for h in wave_nodes}
 
 
 def load_policy_file(path):
@@ -626,7 +633,7 @@ class ResourcesCli(WaveRunnerCli):
             # As the strategy skips its play: the planning run wrote each resource's status.
             print("nodewright rollout: nothing to do: no node of the inventory has work", flush=True)
             self.write_report(self.playbook, [], [planned.report] if planned.report else [], started)
-            return EXIT_OK
+            return self.blocked_exit(desired, EXIT_OK)
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
         api = get_api_client(self.auth)
         record_lock = None if args.check else ReservationRecord(
@@ -659,7 +666,18 @@ class ResourcesCli(WaveRunnerCli):
             print("; ".join(halted), file=sys.stderr, flush=True)
         elif status not in ("error", INTERRUPTED):
             print("nodewright rollout: %s" % reason, flush=True)
-        return resources_exit(status, halted, hooks.failed)
+        return self.blocked_exit(desired, resources_exit(status, halted, hooks.failed))
+
+    def blocked_exit(self, desired, code):
+        """``code``, or 2 when a resource could not be rolled out (rollout.yml's last task): the
+        others rolled out, and the run says which could not and why."""
+        blocked = [b for b in (desired or {}).get("blocked") or [] if isinstance(b, dict)]
+        if not blocked or self.args.resource or code != EXIT_OK:
+            return code
+        print("nodewright rollout: %d NodeWright resource(s) could not be rolled out: %s" % (
+            len(blocked), "; ".join("%s: %s" % (b.get("name"), b.get("reason")) for b in blocked)),
+            file=sys.stderr, flush=True)
+        return EXIT_FAILED
 
 
 def cmd_rollout(args):

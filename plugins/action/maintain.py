@@ -37,7 +37,11 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
     result_of,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import VAR_DESIRED
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+    STAT_BLOCKED,
+    STAT_PAUSED,
+    VAR_DESIRED,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_OPTIONS, get_api_client
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
@@ -58,13 +62,17 @@ LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
 # option -> default; an option the task does not set falls back to the variable
 # ``safe_update_<option>`` (the safe_update role's variables), then to this default.
 DEFAULTS = {name: maintain_module.ARGUMENT_SPEC[name].get("default") for name in (
-    "wait_timeout", "drain_timeout", "drain_force", "drain_delete_emptydir_data", "drain_grace_period",
-    "drain_skip_namespaces", "reboot_timeout", "health_conditions", "health_labels", "health_timeout",
+    "wait_timeout", "wait_give_up_after", "drain_timeout", "drain_force", "drain_delete_emptydir_data", "drain_grace_period",
+    "drain_skip_namespaces", "drain_ignore_daemonsets", "drain_disable_eviction",
+    "reboot_timeout", "health_conditions", "health_labels", "health_timeout",
     "validation_job", "on_failure", "allow_controller_root")}
 # drainConfig of a resource (desired_state's "drain") -> option
 DRAIN_KEYS = {"timeout": "drain_timeout", "force": "drain_force", "delete_emptydir_data": "drain_delete_emptydir_data",
-              "grace_period": "drain_grace_period", "skip_namespaces": "drain_skip_namespaces"}
+              "grace_period": "drain_grace_period", "skip_namespaces": "drain_skip_namespaces",
+              "ignore_daemonsets": "drain_ignore_daemonsets", "disable_eviction": "drain_disable_eviction"}
 
+# podNonInterruptWait of a resource (desired_state's "non_interrupt_wait") -> option
+WAIT_KEYS = {"timeout": "wait_timeout", "give_up_after": "wait_give_up_after"}
 
 # The module or action each step stands for (the run report draws steps by it).
 STEP_ACTIONS = (("Cordon", "node_cordon"), ("Uncordon", "node_cordon"), ("Give the node back", "node_cordon"),
@@ -87,6 +95,10 @@ class StepFailed(Exception):
         super(StepFailed, self).__init__(result.get("msg") or "failed")
         self.step = step
         self.result = result
+
+
+class StillBlocked(StepFailed):
+    """Non-interruptible pods outlived the run's wait: the node is left blocked, not failed."""
 
 
 class _Untouched(NodeWrightError):
@@ -131,6 +143,9 @@ class ActionModule(ActionBase):
         for key, option in DRAIN_KEYS.items():
             if option == name and resource_entry and (resource_entry.get("drain") or {}).get(key) is not None:
                 return resource_entry["drain"][key]
+        for key, option in WAIT_KEYS.items():
+            if option == name and resource_entry and (resource_entry.get("non_interrupt_wait") or {}).get(key):
+                return resource_entry["non_interrupt_wait"][key]
         return DEFAULTS.get(name)
 
     def _option_problems(self, validated):
@@ -261,6 +276,10 @@ class _Sequence(object):
         args = action._args
         self.auth = {k: args[k] for k in AUTH_OPTIONS if args.get(k) is not None}
         self.steps = []
+        self.phase = None
+        # Admitted by a rollout (the strategy or the wave runner set this fact): a node whose protected
+        # pods outlive the wait is left blocked for the next run rather than failed.
+        self.in_rollout = bool(task_vars.get("nodewright_rollout"))
         self.changed = False
         self.took_out = bool(args.get("took_out"))
         self.interrupted = False
@@ -323,9 +342,16 @@ class _Sequence(object):
     # ------------------------------------------------------------------ phases
 
     def run(self, phase):
+        self.phase = phase
         self.refuse_controller_root()
         if phase == "fail":
             return self.fail_phase()
+        if phase == "all":
+            stopped = self.stopped()
+            if stopped:
+                # Paused before this node started: nothing on it was touched.
+                self.node.read()
+                return self.paused(stopped, "start")
         if phase in ("all", "take_out"):
             self.start()
         else:
@@ -338,6 +364,12 @@ class _Sequence(object):
                 self.flush_state()
                 return self.outcome(phase)
             if phase == "all":
+                stopped = self.stopped()
+                if stopped:
+                    # Paused while the node was taken out: it waits, cordoned and drained, for the resume.
+                    self.step("Record where the pause stopped the node", lambda: self.mark(
+                        None, {"pausedAt": "packages"}))
+                    return self.paused(stopped, "packages")
                 self.run_packages("main")
             if phase in ("all", "interrupt") and (self.interrupt or {}).get("type", "noop") != "noop":
                 self.do_interrupt(run_post=phase == "all")
@@ -346,6 +378,8 @@ class _Sequence(object):
                 return self.outcome(phase)
             self.give_back()
             return self.outcome(phase)
+        except StillBlocked as still:
+            return self.blocked(still.step, still.result)
         except StepFailed as failure:
             return self.failed(failure.step, failure.result)
         finally:
@@ -374,7 +408,8 @@ class _Sequence(object):
             # Never overwrite what cannot be read: the operator's edit, or a bug, needs a look.
             self.step("Refuse a state annotation that cannot be read", lambda: self.refuse_state(state["error"]))
         self.step("Mark the node in progress", lambda: self.mark(
-            markers.STATUS_IN_PROGRESS, {"step": "cordon", "bootIdBefore": self.node.boot_id()}, clear_error=True))
+            markers.STATUS_IN_PROGRESS, {"step": "cordon", "bootIdBefore": self.node.boot_id(), "pausedAt": None},
+            clear_error=True))
 
     def read(self):
         self.node.read()
@@ -429,14 +464,97 @@ class _Sequence(object):
         self.step(cordon, lambda: self.module("node_cordon", state="cordoned", reason=reason,
                                               resource=self.resource))
         if self.selector:
-            self.step(wait, lambda: self.module(
-                "node_wait_pods", selectors=self.selector, timeout=self.opt["wait_timeout"], resource=self.resource))
+            self.wait_for_protected_pods(wait)
         self.step(drain, lambda: self.module(
             "node_drain", cordon=False, timeout=self.opt["drain_timeout"], force=_truthy(self.opt["drain_force"]),
             delete_emptydir_data=_truthy(self.opt["drain_delete_emptydir_data"]),
+            ignore_daemonsets=_truthy(self.opt["drain_ignore_daemonsets"]),
+            disable_eviction=_truthy(self.opt["drain_disable_eviction"]),
             grace_period=self.opt["drain_grace_period"], skip_namespaces=self.opt["drain_skip_namespaces"] or [],
             non_interruptible_selector=self.selector or None))
         self.node.read()
+
+    def wait_for_protected_pods(self, step):
+        """Wait for the non-interruptible pods; past the wait (or, over several runs, past the give-up
+        deadline) raise StillBlocked (the node is left blocked) or StepFailed (it is erroring)."""
+        state = self.node.state(self.resource)
+        since = state.get("blockedSince")
+        give_up = int(self.opt["wait_give_up_after"] or 0)
+        timeout = int(self.opt["wait_timeout"])
+        if give_up and isinstance(since, str):
+            # Blocked in an earlier run: wait no longer than what is left before giving up.
+            left = give_up - node_ops.seconds_since(since)
+            timeout = max(1, min(timeout, int(left))) if left > 0 else 1
+        try:
+            self.step(step, lambda: self.module(
+                "node_wait_pods", selectors=self.selector, timeout=timeout, resource=self.resource))
+        except StepFailed as failure:
+            pods = [p["pod"] for p in failure.result.get("blocking") or [] if isinstance(p, dict) and p.get("pod")]
+            if not pods or self.phase != "all" or not self.in_rollout:
+                raise
+            if give_up and isinstance(since, str) and node_ops.seconds_since(since) >= give_up:
+                raise StepFailed(failure.step, dict(failure.result, msg=(
+                    "non-interruptible pods have held the node since %s, longer than its giveUpAfter (%ss): %s; "
+                    "nothing was evicted" % (since, give_up, ", ".join(pods)))))
+            raise StillBlocked(failure.step, dict(failure.result, blocked=pods, blocked_since=since))
+        if since or state.get("blockedBy"):
+            # No longer blocked (an earlier run left the node so): a later block counts its time
+            # afresh, and nothing on the node says it is still held.
+            self.pending_state.update({"blockedSince": None, "blockedBy": None})
+            self.node.read()
+            self.step("Clear what said the node was blocked", lambda: {"changed": any([
+                self.node.remove_annotation(markers.ANNOTATION_BLOCKED_BY),
+                node_ops.current_condition(self.node.node, markers.CONDITION_NODE_NON_INTERRUPT) is not None and
+                self.node.condition(markers.CONDITION_NODE_NON_INTERRUPT, "False", "NoneRunning",
+                                    "the non-interruptible pods finished")])})
+
+    def stopped(self):
+        """``paused`` or ``disabled`` when the resource is so now (``nodewright pause``/``disable``
+        during the run), else None. Read at the step boundaries of a rollout's node: before the
+        node is touched and before its packages run; a stage or interrupt that started finishes."""
+        if not self.entry or self.check_mode:
+            return None
+        from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
+            is_disabled,
+            is_paused,
+        )
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+        try:
+            obj = nodewright_api.get(self.node.api, nodewright_api.NODEWRIGHTS, self.resource, field="resource")
+        except NodeWrightError:
+            return None  # not a NodeWright resource of this cluster (inline), or not readable: go on
+        return "paused" if is_paused(obj) else "disabled" if is_disabled(obj) else None
+
+    def paused(self, how, where):
+        """The node stops here because its resource was paused or disabled; the next run after the
+        resume takes it up again where it stopped (the rollout counts it as neither done nor failed)."""
+        words = ("node %s stopped before %s: NodeWright %s was %s during the run; `nodewright %s %s` and the "
+                 "next run go on from there" % (self.name, "it was touched" if where == "start" else "its packages",
+                                                  self.resource, how, {"paused": "resume", "disabled": "enable"}[how],
+                                                  self.resource))
+        out = self.outcome(self.phase)
+        out.update(paused=where, msg=words,
+                   ansible_stats={"data": {STAT_PAUSED: {self.name: where}}, "per_host": False, "aggregate": True})
+        return out
+
+    def blocked(self, step, result):
+        """The node's non-interruptible pods outlived this run's wait: leave it cordoned (nothing new
+        lands there while the job ends by itself) and marked blocked, for the next run to take up."""
+        pods = result["blocked"]
+        since = result.get("blocked_since") or node_ops.now_iso()
+        text = ", ".join(pods)
+        words = ("node %s stays cordoned: non-interruptible pods still run after %ss (nothing was evicted): %s; the "
+                 "next run takes the node up again once they end" % (self.name, self.opt["wait_timeout"], text))
+        self.step("Leave the node blocked by its non-interruptible pods", lambda: self.mark(
+            markers.STATUS_BLOCKED, {"step": step, "blockedBy": pods, "blockedSince": since},
+            event=(markers.EVENT_BLOCKED, words[:900], "Warning")))
+        self.step("Say why on the node", lambda: {"changed": self.node.condition(
+            markers.CONDITION_NODE_NON_INTERRUPT, "True", "NonInterruptPodsRunning",
+            "blocked since %s by %d non-interruptible pod(s): %s" % (since, len(pods), text))})
+        out = self.outcome(self.phase)
+        out.update(changed=True, blocked=pods, blocked_since=since, msg=words,
+                   ansible_stats={"data": {STAT_BLOCKED: {self.name: pods}}, "per_host": False, "aggregate": True})
+        return out
 
     def run_packages(self, phase):
         if self.packages is None:

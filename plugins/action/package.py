@@ -24,7 +24,6 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common import safe_load
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import LABEL_ARCH
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
@@ -35,9 +34,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.model imp
     MANIFEST_JSON,
     MANIFEST_YAML,
     PackageError,
-    find_manifest,
     load_package,
-    package_from_manifest,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
     PACKAGE_SPEC_KEYS,
@@ -46,53 +43,11 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner i
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import package_manifest
 
-try:
-    import yaml
-except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-    yaml = None
-
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED_PACKAGES = os.path.join(COLLECTION_ROOT, "packages")
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
 HOST_ONLY_PHASES = ("logs", "rerun")
 display = Display()
-
-
-def yaml_line_map(text):
-    """Map each value's path in a YAML document to its line (1-based)."""
-    lines = {}
-
-    def walk(node, path):
-        lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                walk(value, path + (key.value,))
-        elif isinstance(node, yaml.SequenceNode):
-            for n, item in enumerate(node.value):
-                walk(item, path + (n,))
-
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
-def load_controller_package(path):
-    """Load and validate a package directory on the controller (YAML allowed)."""
-    fmt, manifest = find_manifest(path)
-    if not manifest.endswith(".yaml"):
-        return load_package(path)
-    if yaml is None:  # pragma: no cover
-        raise AnsibleError("reading %s needs PyYAML on the controller" % manifest)
-    text = safe_load.read_text(manifest)
-    try:
-        data = safe_load.load_yaml(text, source=manifest)
-        lines = yaml_line_map(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise PackageError([ValidationError("not valid YAML: %s" % getattr(exc, "problem", exc), source=manifest,
-                                            line=mark.line + 1 if mark else None)])
-    return package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
 
 
 def check_config_keys(config, field):
@@ -264,7 +219,7 @@ class ActionModule(ActionBase):
                 raise AnsibleError("packages[%d] must be a mapping" % n)
             check_config_keys(spec.get("config"), "packages[%d].config" % n if as_list else "config")
             path = self.resolve_source(spec, n)
-            package = load_controller_package(path) if path else None
+            package = load_package(path) if path else None
             item = desired_from_spec(spec, package, n)
             desired.append(item)
             if package is not None and package.source and package.source.endswith(MANIFEST_YAML):

@@ -189,6 +189,11 @@ class CallbackModule(CallbackBase):
             entry["msg"] = data.get("msg")
         elif status == "failed":
             status = "failed_ignored"
+        elif status == "ok" and (data.get("blocked") or data.get("paused")) and entry.get("outcome") == "ok":
+            # nodewright.fleet.maintain left the node blocked by non-interruptible pods, or stopped it
+            # because its resource was paused: not done, not failed.
+            entry["outcome"] = "blocked" if data.get("blocked") else "paused"
+            entry["msg"] = data.get("msg")
         # nodewright.fleet.maintain runs the safe sequence as one task: each of its steps
         # is reported, and drawn on the timeline, as the task it stands for.
         steps = data.get("steps") if isinstance(data.get("steps"), list) else []

@@ -86,6 +86,12 @@ rollouts:
       index, and C(archs), the targeted nodes' architectures, each variant already pulled and checked.", type: dict}
     waves: {description: "This resource's waves in a run of every resource together (wave numbers are the run's),
       with the C(status) and C(reason) the run would end with.", type: dict}
+    unavailable: {description: "Targets that are NotReady (Ready not True, or the node lifecycle controller's
+      not-ready or unreachable taint) or under the GPU Operator's driver upgrade, each with why and whether it
+      counts against the limits and waits, or is resumed (this resource left it in progress).", type: dict}
+    protected: {description: "Nodes with work on which non-interruptible pods (C(podNonInterruptLabels)) run now:
+      node -> C(namespace/name) of each; a run waits for them there, and past its wait leaves the node
+      blocked.", type: dict}
 waves:
   description: The waves a rollout of every resource would make if every node succeeded, C(nodes) mapping each
     node to its resource; the waves C(rollout.yml) then makes.
@@ -114,6 +120,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import validate_deployment_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 
 # How a Skyhook field without an equivalent is left out, in this module's words.
 SKYHOOK_DROP_HINT = ("name it in the option skyhook_drop to leave it out (skyhook_drop: [%r]; in the playbooks "
@@ -209,6 +217,7 @@ def run(module):
                                            holders=holders, now=now)
     for entry in described["rollouts"]:
         entry["from_cluster"] = from_cluster
+    _protected_pods(api, described["rollouts"])
     blocked = blocked + described["blocked"]
     result = {"changed": False, "rollouts": described["rollouts"], "blocked": blocked,
               "waves": described["waves"], "conflicts": described["conflicts"],
@@ -219,6 +228,25 @@ def run(module):
         result["failed"] = True
         result["msg"] = "cannot roll out: " + "; ".join("%s: %s" % (b["name"], b["reason"]) for b in blocked)
     return result
+
+
+def _protected_pods(api, rollouts):
+    """Each rollout's ``protected``: node with work -> the non-interruptible pods running there now,
+    which the run will wait for (and past its wait leave the node blocked). One LIST of pods per
+    distinct podNonInterruptLabels selector."""
+    pods_of = {}
+    for entry in rollouts:
+        entry["protected"] = {}
+        if not entry.get("non_interruptible") or not entry.get("work"):
+            continue
+        selector = to_selector(entry["non_interruptible"], "podNonInterruptLabels")
+        if selector.empty:
+            continue
+        key = selector.to_string()
+        if key not in pods_of:
+            pods_of[key] = [pod for page in list_pages(api, "/api/v1/pods", "list non-interruptible pods",
+                                                       query=[("labelSelector", key)]) for pod in page]
+        entry["protected"] = node_waits.protected_by_node(pods_of[key], selector, entry["work"])
 
 
 ARGUMENT_SPEC = dict(

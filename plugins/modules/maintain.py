@@ -82,9 +82,23 @@ options:
     type: list
     elements: dict
   wait_timeout:
-    description: Seconds to wait for non-interruptible pods.
+    description:
+      - Seconds to wait for non-interruptible pods. In a rollout (the node admitted by the C(nodewright.fleet.rollout)
+        strategy or C(nodewright rollout), which set the C(nodewright_rollout) fact), past it the node stays cordoned
+        and is marked blocked (status label C(blocked), annotation C(nodewright.io/blocked-by), node condition
+        C(nodewright.io/NonInterruptPodsRunning), the resource's C(NonInterruptPodsRunning) condition, an Event); the
+        task does not fail and returns C(blocked), and the next run takes the node up again. Outside a rollout (the
+        C(safe_update) role in a play of your own) or with a I(phase) other than C(all), the task fails instead, with
+        nothing evicted, and the node is marked erroring.
+      - Unset, the resource's C(podNonInterruptWait.timeout), else 3600.
     type: int
     default: 3600
+  wait_give_up_after:
+    description:
+      - Seconds a node may stay blocked by non-interruptible pods, counted from the first run that found it blocked,
+        before the node is marked erroring instead. Unset, the resource's C(podNonInterruptWait.giveUpAfter); 0 or
+        none never gives up.
+    type: int
   drain_timeout:
     description: Seconds the drain may take.
     type: int
@@ -95,6 +109,15 @@ options:
     default: false
   drain_delete_emptydir_data:
     description: Evict pods with emptyDir data.
+    type: bool
+    default: false
+  drain_ignore_daemonsets:
+    description: Leave DaemonSet pods in place. When false, a DaemonSet pod on the node makes the drain refuse
+      before it evicts anything, and the node is marked erroring.
+    type: bool
+    default: true
+  drain_disable_eviction:
+    description: Delete pods directly instead of evicting them. This B(bypasses PodDisruptionBudgets).
     type: bool
     default: false
   drain_grace_period:
@@ -183,6 +206,14 @@ interrupt:
   description: The interrupt the packages asked for (and that was performed).
   returned: success
   type: dict
+blocked:
+  description:
+    - The non-interruptible pods (C(namespace/name)) still running on the node when O(wait_timeout) passed; the
+      node is left cordoned and marked blocked, and nothing else was done on it. Empty otherwise.
+  returned: success
+  type: list
+  elements: str
+  sample: [training/train-h100-0-x7k2p]
 failed_step:
   description: The step that failed.
   returned: failure
@@ -212,9 +243,12 @@ ARGUMENT_SPEC = dict(
     failure=dict(type="str"),
     gate_resources=dict(type="list", elements="dict"),
     wait_timeout=dict(type="int", default=3600),
+    wait_give_up_after=dict(type="int"),
     drain_timeout=dict(type="int", default=600),
     drain_force=dict(type="bool", default=False),
     drain_delete_emptydir_data=dict(type="bool", default=False),
+    drain_ignore_daemonsets=dict(type="bool", default=True),
+    drain_disable_eviction=dict(type="bool", default=False),
     drain_grace_period=dict(type="int"),
     drain_skip_namespaces=dict(type="list", elements="str", default=[]),
     reboot_timeout=dict(type="int", default=900),

@@ -24,6 +24,10 @@ description:
     that refused its eviction, or, for a pod that was evicted but did not go, its finalizers or the
     kubelet that did not confirm its end - leaves the node cordoned and records an Event on it. The
     result says C(changed=true) when the node was cordoned or a pod evicted before the failure.
+  - While PodDisruptionBudgets refuse its evictions the node carries the condition C(nodewright.io/DrainBlocked)
+    (C(True), reason C(EvictionRefused)), naming each budget, the pods it holds and since when, within about a
+    second of the first refusal; it turns C(False) once the evictions go through (C(EvictionsAccepted)) or the
+    drain ends (C(DrainEnded)).
 options:
   cordon:
     description: Cordon the node first (with NodeWright's ownership record).
@@ -146,6 +150,11 @@ duration:
   description: Seconds the drain took.
   returned: success
   type: float
+drain_blocked_errors:
+  description: Why the C(nodewright.io/DrainBlocked) condition could not be written (the drain went on).
+  returned: when a write of the condition failed
+  type: list
+  elements: str
 cordon:
   description: Result of the cordon step.
   returned: when O(cordon=true)
@@ -171,7 +180,7 @@ def run(module):
         disable_eviction=p["disable_eviction"], timeout=p["timeout"], max_parallel=p["max_parallel"])
     core = node_ops.core_api(module.api_client())
     node = p["name"]
-    node_ops.get_node(core, node)
+    current = node_ops.get_node(core, node)
     pods = drain.list_node_pods(core, node)
     plan = drain.plan_drain(pods, opts)
     result = {"node": node, "kept": plan[drain.SKIP], "refused": plan[drain.REFUSE],
@@ -191,7 +200,7 @@ def run(module):
             result["would_delete"] = plan[drain.DELETE]
             result["changed"] = result["changed"] or bool(plan[drain.EVICT] or plan[drain.DELETE])
             return result
-        outcome = drain.Drainer(core, node, opts).run(plan)
+        outcome = drain.Drainer(core, node, opts, showing_blocked=drain.drain_blocked_showing(current)).run(plan)
         result.update(outcome)
         # An accepted eviction changed the cluster, whether or not the pod is gone yet.
         result["changed"] = bool(result["changed"] or outcome["evicted"] or outcome["accepted"])

@@ -158,6 +158,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     VAR_STATE_RESOURCE,
     VAR_WAIT_FOR_WINDOW,
     RolloutRecord,
+    STAT_BLOCKED,
+    STAT_PAUSED,
     RunHooks,
     StateKeeper,
     check_serial,
@@ -278,12 +280,16 @@ class StrategyHooks(RunHooks):
         finally:
             gc.unfreeze()
         self.result = result
+        tqm = strategy._tqm
+        # Nodes the maintain task left blocked by non-interruptible pods, or stopped because their
+        # resource was paused, count neither way.
+        custom = (getattr(tqm._stats, "custom", None) or {}).get("_run") or {}
+        blocked = set(custom.get(STAT_BLOCKED) or {}) | set(custom.get(STAT_PAUSED) or {})
         outcomes = {}
         for name in wave.nodes:
             host = self.by_name[name]
-            failed = iterator.is_failed(host) or name in strategy._tqm._unreachable_hosts
-            outcomes[name] = "failed" if failed else "ok"
-        tqm = strategy._tqm
+            failed = iterator.is_failed(host) or name in tqm._unreachable_hosts
+            outcomes[name] = "failed" if failed else ("blocked" if name in blocked else "ok")
         if result & tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
             why = "max_fail_percentage reached" if result & tqm.RUN_FAILED_BREAK_PLAY else "meta: end_play"
             self.stop = (STOPPED, "the play ended the rollout after wave %d (%s)" % (wave.number, why))

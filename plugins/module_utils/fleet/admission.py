@@ -14,7 +14,14 @@ each wave through here:
    last renewed them (the API server's clock, from the ``Date`` header, so that no
    two machines' clocks need to agree).
 2. It reads every Node once. A node is **disrupted** when it is reserved by a live
-   holder, cordoned (by anyone), or marked in progress by any NodeWright resource.
+   holder, cordoned (by anyone), marked in progress by any NodeWright resource, or
+   **unavailable**: NotReady (its Ready condition is not True, or it carries the node
+   lifecycle controller's not-ready or unreachable taint) or under the GPU Operator's
+   driver upgrade (``nvidia.com/gpu-driver-upgrade-state`` set, other than
+   ``upgrade-done``). Unavailability counts for the nodes the run targets (kured, the
+   GPU Operator's ``maxUnavailable`` and system-upgrade-controller count it too); an
+   unavailable node is not admitted until it is healthy again, unless the resource
+   itself left it in progress (a rerun finishes it).
 3. The policy engine (``waves.next_wave``) chooses the wave with the disrupted nodes
    counted against the budget ceiling, the topology limit and the fleet limit.
 4. The wave's nodes are added to the record with the Lease's ``resourceVersion`` as
@@ -90,6 +97,19 @@ def new_holder_id():
 
 # --------------------------------------------------------------------------- the nodes
 
+# The taints the node lifecycle controller puts on a node it finds NotReady or unreachable.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# GPU Operator driver upgrade states in which the node is not under its upgrade.
+GPU_UPGRADE_IDLE = ("", "upgrade-done")
+
+
+def gpu_operator_upgrade(labels):
+    """The GPU Operator's driver upgrade state of a node with ``labels`` while the node
+    is under that upgrade (queued, cordoned, draining, validating, or failed there),
+    else None."""
+    state = (labels or {}).get(markers.GPU_OPERATOR_UPGRADE_STATE)
+    return None if state is None or state in GPU_UPGRADE_IDLE else state
+
 
 @dataclass
 class NodeInfo(object):
@@ -101,13 +121,52 @@ class NodeInfo(object):
     unschedulable: bool
     cordoned_by: Optional[str]  # the NodeWright resource that cordoned it, "" for NodeWright without one
     statuses: Dict[str, str]    # NodeWright resource -> its status label on the node
+    ready: Optional[str] = "True"  # status of the Ready condition; None when the node reports none
+    ready_reason: str = ""         # its reason and message when it is not True
+    lifecycle_taints: List[str] = field(default_factory=list)  # LIFECYCLE_TAINTS on the node
 
     def in_progress_under(self):
         return sorted(r for r, s in self.statuses.items() if s == markers.STATUS_IN_PROGRESS)
 
+    def unavailable(self):
+        """Why the node cannot take anyone's work now, in words; [] when it can. A node
+        that reports no Ready condition at all is not known to be down."""
+        reasons = []
+        if self.ready not in ("True", None):
+            reasons.append("NotReady (Ready is %s%s)" % (self.ready, (": " + self.ready_reason)
+                                                         if self.ready_reason else ""))
+        elif self.lifecycle_taints:
+            # The taints say no more than the condition, except while they lag behind it.
+            reasons.append("tainted %s%s" % (", ".join(self.lifecycle_taints),
+                                             " although Ready again" if self.ready == "True" else ""))
+        state = gpu_operator_upgrade(self.labels)
+        if state:
+            reasons.append("under the GPU Operator's driver upgrade (%s=%s)"
+                           % (markers.GPU_OPERATOR_UPGRADE_STATE, state))
+        return reasons
+
+    def recovering(self):
+        """Ready again, but the node lifecycle controller has yet to lift its taint (it
+        does within seconds): unavailable only for a moment."""
+        return self.ready == "True" and bool(self.lifecycle_taints) and not gpu_operator_upgrade(self.labels)
+
     def view(self):
         """The policy engine's view (name, labels, creationTimestamp)."""
         return {"name": self.name, "labels": self.labels, "creationTimestamp": self.created}
+
+
+def _readiness(obj):
+    """``(Ready status or None, its reason and message when not True, lifecycle taints)``."""
+    ready, why = None, ""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            ready = str(cond.get("status") or "Unknown")
+            if ready != "True":
+                why = ", ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k))
+            break
+    taints = sorted({t.get("key") for t in (obj.get("spec") or {}).get("taints") or []
+                     if isinstance(t, dict) and t.get("key") in LIFECYCLE_TAINTS})
+    return ready, why, taints
 
 
 def node_info(obj):
@@ -124,9 +183,11 @@ def node_info(obj):
         except ValueError:
             record = {}
         cordoned_by = str(record.get("resource") or "") if isinstance(record, dict) else ""
+    ready, ready_reason, taints = _readiness(obj)
     return NodeInfo(name=meta.get("name", ""), labels=dict(labels), created=meta.get("creationTimestamp"),
                     unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
-                    cordoned_by=cordoned_by, statuses=statuses)
+                    cordoned_by=cordoned_by, statuses=statuses, ready=ready, ready_reason=ready_reason,
+                    lifecycle_taints=taints)
 
 
 # --------------------------------------------------------------------------- the record
@@ -225,32 +286,62 @@ class FleetView(object):
         """``(holder id, resource)`` of the live reservation on node ``name``, or None."""
         return self._reserved.get(name)
 
-    def disrupted(self, name):
+    def unavailable(self, name, watched=None):
+        """Why node ``name`` is unavailable (``NodeInfo.unavailable``); [] when it is not,
+        or when ``watched`` (the nodes whose unavailability counts: the run's targets)
+        is given and does not hold it. None: every node counts."""
+        node = self.nodes.get(name)
+        if node is None or (watched is not None and name not in watched):
+            return []
+        return node.unavailable()
+
+    def unavailable_nodes(self, watched=None):
+        """name -> why, in words, of every unavailable node (of ``watched``)."""
+        found = {}
+        for name in sorted(self.nodes):
+            reasons = self.unavailable(name, watched)
+            if reasons:
+                found[name] = "; ".join(reasons)
+        return found
+
+    def recovering(self, watched=None):
+        """Unavailable nodes (of ``watched``) that are Ready again and wait only for the
+        node lifecycle controller to lift its taint."""
+        return sorted(n for n, node in self.nodes.items()
+                      if node.recovering() and (watched is None or n in watched))
+
+    def disrupted(self, name, watched=None):
         node = self.nodes.get(name)
         return self.reserved_by(name) is not None or (
-            node is not None and (node.unschedulable or bool(node.in_progress_under())))
+            node is not None and (node.unschedulable or bool(node.in_progress_under())
+                                  or bool(self.unavailable(name, watched))))
 
-    def split(self, holder_id, resource, pickable):
+    def split(self, holder_id, resource, pickable, watched=None):
         """For a wave of ``resource`` by holder ``holder_id``, the disrupted nodes as
         ``(busy, resumable)``.
 
         ``busy``: name -> labels of disrupted nodes the wave may not take (reserved by
         another live run, in progress under another resource, cordoned by another
-        NodeWright resource, or not among ``pickable``). ``resumable``: disrupted nodes
-        among ``pickable`` the wave may take (this resource's own nodes left in
-        progress or erroring by an earlier run, or cordoned by someone outside
+        NodeWright resource, unavailable, or not among ``pickable``). ``resumable``:
+        disrupted nodes among ``pickable`` the wave may take (this resource's own nodes
+        left in progress or erroring by an earlier run, or cordoned by someone outside
         NodeWright): they count against every limit whether the wave takes them or not.
-        Nodes this holder has reserved itself are neither."""
+        An unavailable node (of ``watched``, see ``unavailable``) is resumable only when
+        this resource left it in progress (it was rebooting when an earlier run
+        stopped); otherwise it waits until it is healthy. Nodes this holder has reserved
+        itself are neither."""
         busy, resumable = {}, []
         for name, node in self.nodes.items():
             owner = self.reserved_by(name)
             if owner is not None and owner[0] == holder_id:
                 continue
-            if not self.disrupted(name):
+            if not self.disrupted(name, watched):
                 continue
             others = [r for r in node.in_progress_under() if r != resource]
             cordoned_by_other_resource = node.unschedulable and node.cordoned_by not in (None, resource)
-            if name in pickable and owner is None and not others and not cordoned_by_other_resource:
+            down = bool(self.unavailable(name, watched)) and \
+                node.statuses.get(resource) != markers.STATUS_IN_PROGRESS
+            if name in pickable and owner is None and not others and not cordoned_by_other_resource and not down:
                 resumable.append(name)
             else:
                 busy[name] = node.labels

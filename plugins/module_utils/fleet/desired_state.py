@@ -19,6 +19,9 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
                             uninstalled (``deletion``, ``playbooks/uninstall.yml``)
 ``policy``, ``policy_name`` the DeploymentPolicy spec in force and its name
 ``waves``                   the waves the policy makes (a dry run)
+``unavailable``             targets that are NotReady or under the GPU Operator's
+                            driver upgrade: node -> why, and whether they hold
+                            capacity and wait or are resumed (``describe_all``)
 ``targets``                 targeted nodes in batch order: the ones the resource's
                             ``status.nodePriority`` names first (in that order), then
                             oldest ``creationTimestamp`` first
@@ -42,6 +45,8 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
                             ``disable_eviction``), only those the resource sets; the
                             driver merges: role defaults < ``drain`` < variables the
                             user gave the playbook
+``non_interrupt_wait``      ``podNonInterruptWait`` in seconds (``timeout``,
+                            ``give_up_after``), only those the resource sets
 ``stage_timeout``           ``spec.stageTimeout`` in seconds (None: no bound)
 ``sequencing``              ``node`` or ``all``; ``held`` (a reason) and ``held_by``
                             when an earlier ``sequencing: all`` resource is not
@@ -87,6 +92,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
     drain_options,
     is_disabled,
     is_paused,
+    non_interrupt_wait_options,
     validate_nodewright,
 )
 
@@ -382,6 +388,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
         "work": work,
         "node_order": {t: sticky[t] for t in targets if t in sticky},
         "drain": drain_options(spec.get("drainConfig")),
+        "non_interrupt_wait": non_interrupt_wait_options(spec.get("podNonInterruptWait")),
         "stage_timeout": stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
         "sequencing": spec.get("sequencing", "node"),
         "uninstall": {"enabled": sorted(p for p, v in packages.items() if (v.get("uninstall") or {}).get("enabled")),
@@ -459,6 +466,17 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
                                                    work=entry["work"], priority=entry["priority"], state=state,
                                                    order=entry.get("node_order")))
     view = driver_mod.simulated_view(nodes, holders, now)
+    # Read before the dry run, which makes every node it admits healthy.
+    unavailable = view.unavailable_nodes()
+    for entry in rollouts:
+        entry["unavailable"] = {}
+        for node in entry["targets"]:
+            if node in unavailable:
+                resumed = node in entry["work"] and \
+                    view.nodes[node].statuses.get(entry["name"]) == markers.STATUS_IN_PROGRESS
+                entry["unavailable"][node] = unavailable[node] + (
+                    "; left in progress by this resource: resumed first" if resumed else
+                    "; counted against the limits, not admitted until healthy")
     run, status, reason = driver_mod.plan_run(runnable, view)
     per = {res.name: res for res in run.resources}
     for entry in rollouts:

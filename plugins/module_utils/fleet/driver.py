@@ -17,10 +17,13 @@ differ only in the hooks that run a wave, wait, and keep state:
 * **one wave, all resources**: the nodes each resource's engine admits run together,
   in parallel, whatever resource they belong to;
 * **one admission truth**: before each wave the cluster is read once
-  (``admission.FleetView``): nodes reserved by other runs, cordoned, or in progress
-  under any resource count against budget ceilings, topology and fleet limits; the
-  wave is reserved atomically (``admission.ReservationRecord``) before any node of
-  it is touched, and released when it ends.
+  (``admission.FleetView``): nodes reserved by other runs, cordoned, in progress
+  under any resource, or unavailable (a target of the run that is NotReady or under
+  the GPU Operator's driver upgrade) count against budget ceilings, topology and
+  fleet limits; an unavailable node is not admitted until it is healthy, and the
+  decisions name it and say why; the wave is reserved atomically
+  (``admission.ReservationRecord``) before any node of it is touched, and released
+  when it ends.
 
 ``simulate()`` runs the same loop with every node succeeding and nothing written,
 which is how ``plan.yml`` prints exactly the waves a rollout then makes.
@@ -53,9 +56,11 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
+    WaveDecision,
     next_wave,
     record_wave_result,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import STATUS_IN_PROGRESS
 
 # Overall outcomes of a run, worst first.
 _SEVERITY = (HALTED, INCOMPLETE, WAITING, COMPLETE)
@@ -71,6 +76,15 @@ def _names(items, limit=5):
 
 def _utcnow():
     return datetime.datetime.now(datetime.timezone.utc)
+
+
+def unavailable_note(down):
+    """The words for unavailable nodes (name -> why) that hold capacity and wait."""
+    names = sorted(down)
+    shown = "; ".join("%s: %s" % (n, down[n]) for n in names[:5])
+    more = " and %d more" % (len(names) - 5) if len(names) > 5 else ""
+    return ("%d node(s) unavailable, counted against the limits and not admitted until healthy (%s%s)"
+            % (len(names), shown, more))
 
 
 class ResourceRollout(object):
@@ -90,6 +104,7 @@ class ResourceRollout(object):
         self.digest = policy_digest(policy.to_dict())
         self.data = data or {}                # the desired_state entry, for hooks
         self.decision = None
+        self.stopped = None                   # "paused" / "disabled" since the run began
         self.waves = []                       # this resource's waves in this run
 
     @property
@@ -185,6 +200,20 @@ class ClusterFleet(object):
         view = FleetView([node_info(o) for o in raw], holders, now, expired)
         return view, raw, obj
 
+    def stopped_resources(self):
+        """NodeWright resource -> ``paused`` or ``disabled``, as the cluster has them now (one LIST):
+        a ``nodewright pause`` during the run stops its admissions at the next one."""
+        from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import is_disabled, is_paused
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
+        out = {}
+        for obj in nodewright_api.list_all(self.api, nodewright_api.NODEWRIGHTS):
+            name = (obj.get("metadata") or {}).get("name")
+            if is_paused(obj):
+                out[name] = "paused"
+            elif is_disabled(obj):
+                out[name] = "disabled"
+        return out
+
     def reserve(self, obj, view, assignment, digests):
         """Add ``assignment`` to this holder's entry; False when another run wrote first."""
         if self.record is None:
@@ -246,12 +275,13 @@ class SimulatedFleet(object):
         return self.view, None, None
 
     def reserve(self, obj, view, assignment, digests):
-        # Every admitted node completes: from the next wave on it is no longer disrupted.
+        # Every admitted node completes, healthy: from the next wave on it is no longer disrupted.
         for name, resource in assignment.items():
             node = self.view.nodes.get(name)
             if node is not None:
                 node.statuses[resource] = "complete"
                 node.unschedulable = False
+                node.ready, node.ready_reason, node.lifecycle_taints = "True", "", []
         return True
 
     def release(self, names):
@@ -280,6 +310,12 @@ class RolloutDriver(object):
         self.admissions = 0
         self.last_view = None
         self.last_raw = None
+        # Unavailable nodes count against the limits when a resource of the run targets them.
+        self.watched = set()
+        for res in self.resources:
+            self.watched.update(res.targets)
+        self.unavailable = {}   # name -> why, at the last admission (counted, not admitted)
+        self._told = {}
         self._check_same_resource()
 
     def _check_same_resource(self):
@@ -293,13 +329,23 @@ class RolloutDriver(object):
 
     # ------------------------------------------------------------------ choosing
 
-    def _choose(self, view):
-        """Each resource's decision over ``view``; the combined wave or None."""
+    def _choose(self, view, stopped=None):
+        """Each resource's decision over ``view``; the combined wave or None. ``stopped``:
+        resources paused or disabled since the run began (they admit no node)."""
         assignment, waves, reasons = {}, {}, {}
         blocked_by_priority = {}
         for res in self.resources:
             if res.decision is not None and res.decision.status == HALTED:
                 continue
+            if (stopped or {}).get(res.name):
+                how = stopped[res.name]
+                res.stopped = how
+                res.decision = WaveDecision(status=WAITING, reason=(
+                    "%s during the run: no node is admitted; nodes already in it stop at their next step and "
+                    "`nodewright %s %s` goes on from there" % (how, {"paused": "resume", "disabled": "enable"}[how],
+                                                                res.name)))
+                continue
+            res.stopped = None
             # Priority order per node: a node waits while a resource before this one in
             # the run still has work on it (or failed there).
             earlier = [r for r in self.resources if r.sort_key() < res.sort_key()]
@@ -310,7 +356,7 @@ class RolloutDriver(object):
             pickable = (res.open_work() - set(held) - set(assignment))
             if res.eligible is not None:
                 pickable &= res.eligible
-            busy, resumable = view.split(self.holder_id, res.name, pickable)
+            busy, resumable = view.split(self.holder_id, res.name, pickable, self.watched)
             for name in assignment:
                 node = view.nodes.get(name)
                 busy[name] = node.labels if node is not None else {}
@@ -329,6 +375,7 @@ class RolloutDriver(object):
                     decision.reason = ("%d node(s) wait for %s, which comes first on them (priority order) and "
                                        "has not finished there: %s" % (len(waiting), ", ".join(owners),
                                                                        _names(waiting)))
+            self._explain_unavailable(res, decision, busy)
             blocked_by_priority[res.name] = held
             res.decision = decision
             if decision.status == WAVE:
@@ -340,17 +387,61 @@ class RolloutDriver(object):
             return None
         return WaveRun(number=len(self.waves) + 1, assignment=assignment, waves=waves, reasons=reasons)
 
+    def _explain_unavailable(self, res, decision, busy):
+        """Name the unavailable nodes that hold this resource's capacity, and why: in the
+        decision's notes, and in its reason when no wave starts."""
+        pol = res.policy
+        targets = set(res.targets)
+        counts_all = pol.fleet_disruption_limit is not None or pol.topology is not None
+        down = {n: why for n, why in self.unavailable.items()
+                if n in busy and (counts_all or n in targets)}
+        if not down:
+            return
+        note = unavailable_note(down)
+        decision.notes.append(note)
+        if decision.status in (WAITING, INCOMPLETE):
+            decision.reason = "%s; %s" % (decision.reason, note)
+
+    def _tell_unavailable(self, view):
+        """Say once per node (and again when its reason changes) that it is unavailable."""
+        self.unavailable = view.unavailable_nodes(self.watched)
+        resumed = {}
+        if self.unavailable:
+            for res in self.resources:
+                open_work = res.open_work()
+                for name in self.unavailable:
+                    if name in open_work and view.nodes[name].statuses.get(res.name) == STATUS_IN_PROGRESS:
+                        resumed[name] = res.name
+        for name, why in sorted(self.unavailable.items()):
+            if self._told.get(name) == why:
+                continue
+            self._told[name] = why
+            if name in resumed:
+                self.hooks.say("NodeWright rollout: %s is unavailable (%s); %s left it in progress and resumes it"
+                               % (name, why, resumed[name]), "warn")
+            else:
+                # A node Ready again whose taint has yet to be lifted (one this run has just
+                # rebooted, most often) is no news worth a warning.
+                self.hooks.say("NodeWright rollout: %s is unavailable (%s): it counts against the limits and is not "
+                               "admitted until it is healthy" % (name, why),
+                               "verbose" if view.nodes[name].recovering() else "warn")
+        for name in list(self._told):
+            if name not in self.unavailable:
+                del self._told[name]
+
     def _admit(self):
         """Read the cluster, choose, reserve; retried when another run reserved first."""
         for attempt in range(12):
             view, raw, obj = self.fleet.read()
+            stopped = self.fleet.stopped_resources() if hasattr(self.fleet, "stopped_resources") else None
             self.admissions += 1
             self.last_view, self.last_raw = view, raw
             self._check_policies(view)
+            self._tell_unavailable(view)
             self.hooks.view_read(view, raw)
             saved = {r.name: (copy.deepcopy(r.state.batches), r.state.wave_number, r.decision)
                      for r in self.resources}
-            wave = self._choose(view)
+            wave = self._choose(view, stopped)
             if wave is None:
                 return None, view
             digests = {r.name: r.digest for r in self.resources if r.name in wave.waves}
@@ -400,13 +491,17 @@ class RolloutDriver(object):
                 if not self.hooks.wait(min(seconds, 30.0), reason):
                     return self._finish(INTERRUPTED, "the run was interrupted while waiting: %s" % reason)
                 continue
-            # Capacity held by other live runs frees up when they end their waves: poll. What
-            # only the nodes' marks hold (a failed node left cordoned) waits for a person.
+            # Capacity held by other live runs frees up when they end their waves, and a node
+            # Ready again loses the node lifecycle controller's taint within seconds: poll. What
+            # only the nodes' marks or health hold (a failed node left cordoned, a NotReady
+            # node) waits for a person.
             others = [h for h in view.holders if h != self.holder_id]
+            recovering = view.recovering(self.watched)
             waited_since = waited_since or time.monotonic()
-            if not others or time.monotonic() - waited_since >= self.capacity_timeout:
+            if not (others or recovering) or time.monotonic() - waited_since >= self.capacity_timeout:
                 return self._finish(WAITING, reason)
-            self.hooks.say("%s; waiting for capacity" % reason, "warn")
+            self.hooks.say("%s; waiting for %s" % (reason, "capacity" if others else "the node lifecycle controller "
+                                                   "to lift its taint from %s" % _names(recovering)), "warn")
             if not self.hooks.wait(self.poll, reason):
                 return self._finish(INTERRUPTED, "the run was interrupted while waiting: %s" % reason)
 

@@ -89,7 +89,7 @@ OBJECT_NAME_MAX = names.DNS1123_SUBDOMAIN_MAX
 NODEWRIGHT_SPEC_FIELDS = ("nodeSelectors", "packages", "podNonInterruptLabels", "interruptionBudget",
                           "deploymentPolicy", "deploymentPolicyOptions", "priority", "runtimeRequired",
                           "autoTaintNewNodes", "additionalTolerations", "drainConfig", "stageTimeout", "sequencing",
-                          "reapplyOnReboot", "runtimeRequiredCordonAfter")
+                          "reapplyOnReboot", "runtimeRequiredCordonAfter", "podNonInterruptWait")
 PACKAGE_FIELDS = ("version", "image", "containerSHA", "source", "interrupt", "configMap",
                   "configInterrupts", "dependsOn", "env", "stageTimeout", "uninstall")
 SEQUENCING = ("node", "all")
@@ -98,6 +98,7 @@ DRAIN_FIELDS = ("timeout", "gracePeriod", "deleteEmptyDirData", "force", "ignore
 DRAIN_OPTIONS = {"timeout": "timeout", "gracePeriod": "grace_period", "deleteEmptyDirData": "delete_emptydir_data",
                  "force": "force", "ignoreDaemonSets": "ignore_daemonsets", "disableEviction": "disable_eviction"}
 UNINSTALL_FIELDS = ("enabled", "apply")
+NON_INTERRUPT_WAIT_FIELDS = ("timeout", "giveUpAfter")
 STAGE_TIMEOUT_PATTERN = DURATION_PATTERN
 
 _RE = {name: re.compile(pattern) for name, pattern in (
@@ -217,6 +218,39 @@ def _drain_config(value, where):
                               field=_key_path(where, "gracePeriod"),
                               hint="shorten gracePeriod below %s, or raise timeout above %s"
                                    % (out["timeout"], out["gracePeriod"]))
+    return out
+
+
+def _non_interrupt_wait(value, where):
+    """podNonInterruptWait: how long one run waits for a node's non-interruptible pods
+    before it leaves the node blocked (``timeout``), and after how long blocked in all a
+    node counts as failed (``giveUpAfter``). Returned as it is."""
+    _mapping(value, where, "podNonInterruptWait")
+    _allowed(value, NON_INTERRUPT_WAIT_FIELDS, where)
+    out = {}
+    for key in NON_INTERRUPT_WAIT_FIELDS:
+        if value.get(key) is not None:
+            out[key] = _duration(value[key], _key_path(where, key), key)
+    timeout = parse_duration(out.get("timeout"), where)
+    give_up = parse_duration(out.get("giveUpAfter"), where)
+    if give_up and timeout and give_up < timeout:
+        raise ValidationError("giveUpAfter %s is shorter than timeout %s: a node would count as failed before one "
+                              "run stopped waiting for it" % (out["giveUpAfter"], out["timeout"]),
+                              field=_key_path(where, "giveUpAfter"),
+                              hint="raise giveUpAfter above %s, or leave it out to wait for as many runs as it "
+                                   "takes" % out["timeout"])
+    return out
+
+
+def non_interrupt_wait_options(value):
+    """A resource's podNonInterruptWait in seconds: ``{"timeout": s, "give_up_after": s}``,
+    only what the resource sets (0 leaves the rollout's own wait; a giveUpAfter of 0 never
+    gives up)."""
+    out = {}
+    for key, option in (("timeout", "timeout"), ("giveUpAfter", "give_up_after")):
+        seconds = parse_duration((value or {}).get(key), key)
+        if seconds:
+            out[option] = int(seconds + 0.999)
     return out
 
 
@@ -612,6 +646,10 @@ def validate_nodewright(obj):
     if spec.get("stageTimeout") is not None:
         with problems.collect():
             out_spec["stageTimeout"] = _duration(spec["stageTimeout"], "spec.stageTimeout", "stageTimeout")
+    if spec.get("podNonInterruptWait") is not None:
+        with problems.collect():
+            out_spec["podNonInterruptWait"] = _non_interrupt_wait(spec["podNonInterruptWait"],
+                                                                  "spec.podNonInterruptWait")
     sequencing = spec.get("sequencing")
     if sequencing is None:
         sequencing = "node"

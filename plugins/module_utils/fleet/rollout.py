@@ -33,6 +33,12 @@ VAR_K8S_AUTH = "nodewright_rollout_k8s_auth"
 VAR_DRIVER = "nodewright_rollout_driver"   # set by `nodewright rollout`: it makes the waves itself
 VAR_STATE_RESOURCE = "nodewright_rollout_state_resource"
 VAR_DESIRED = "nodewright_rollout_desired"          # the desired_state result: one or more resources
+# The custom stat (per run, aggregated) in which nodewright.fleet.maintain names the nodes it left
+# blocked by non-interruptible pods (node -> pods): the rollout counts them as neither done nor failed.
+STAT_BLOCKED = "nodewright_blocked"
+# Likewise the nodes that stopped at a step boundary because their resource was paused or
+# disabled during the run (node -> where it stopped): neither done nor failed.
+STAT_PAUSED = "nodewright_paused"
 VAR_ADMISSION = "nodewright_rollout_admission"      # reserve waves in the cluster (default: with VAR_DESIRED)
 VAR_RESERVATION_TTL = "nodewright_rollout_reservation_ttl"
 VAR_CAPACITY_TIMEOUT = "nodewright_rollout_capacity_timeout"
@@ -656,8 +662,10 @@ class RunHooks(Hooks):
             for res in driver.resources:
                 record = self.records.get(res.name)
                 halted = record is not None and record.status == HALTED
-                self.save(res, driver.last_view, driver.last_raw, override="halted" if halted else None,
-                          message=record.reason if halted else None)
+                # Paused or disabled during the run: the status says so, as for a resource paused before it.
+                override = "halted" if halted else getattr(res, "stopped", None)
+                self.save(res, driver.last_view, driver.last_raw, override=override,
+                          message=record.reason if halted or override else None)
 
 
 def status_writer(auth):

@@ -346,7 +346,7 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     ``nodes``: the resource's nodes (mappings with name, labels, creationTimestamp, or
     Node objects as the API returns them). ``in_progress_elsewhere``: disrupted nodes
     this wave may not take - in progress under another NodeWright resource or another
-    run, cordoned, reserved (names, or mappings with labels so that topology limits
+    run, cordoned, reserved, unavailable (names, or mappings with labels so that topology limits
     can count them). ``resumable``: names of this resource's nodes that are already
     disrupted (left in progress by an earlier run, cordoned by someone else) and that
     the wave may take; they count against every limit whether taken or not, and are
@@ -416,7 +416,7 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
                 and v.name not in state.failed and v.name not in deferred]
         if held:
             return decision(WAITING, "%d node(s) are in progress under other NodeWright resources (%s) (or reserved by "
-                            "another run, or cordoned); wait for them to finish" % (len(held), _names(held)))
+                            "another run, cordoned, or unavailable); wait for them to finish" % (len(held), _names(held)))
         failed = [v.name for v in views if v.name in state.failed]
         blocked = [v.name for v in views if v.name in state.blocked and v.name not in finished]
         others = sorted(set(elsewhere_runs))
@@ -458,8 +458,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         busy = len(disrupted)
         fleet_room = limit - busy
         if fleet_room <= 0 and not resume:
-            return decision(WAITING, "fleet disruption limit reached: %d node(s) in progress across NodeWright "
-                            "resources (%s), limit %d (%s of %d)"
+            return decision(WAITING, "fleet disruption limit reached: %d node(s) in progress, cordoned, reserved or "
+                            "unavailable (%s), limit %d (%s of %d)"
                             % (busy, _names(disrupted), limit, policy.fleet_disruption_limit.describe(), size))
 
     topo_busy = {}

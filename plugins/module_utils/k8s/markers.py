@@ -42,7 +42,13 @@ TAINT_RUNTIME_REQUIRED = PREFIX + "/runtime-required"
 # Node condition types
 CONDITION_ERRORING = PREFIX + "/Erroring"
 CONDITION_BLOCKED = PREFIX + "/Blocked"
+# Node condition: non-interruptible pods hold the node past a run's wait (the node is left blocked).
+CONDITION_NODE_NON_INTERRUPT = PREFIX + "/NonInterruptPodsRunning"
 CONDITION_DRIFT = PREFIX + "/Drift"
+# Node condition, live while a drain runs: True while PodDisruptionBudgets refuse its
+# evictions (naming them, the pods and since when), False once they go through or the
+# drain ends.
+CONDITION_DRAIN_BLOCKED = PREFIX + "/DrainBlocked"
 
 # Condition of a NodeWright resource (and the reason of the Event on it) while one of
 # its nodes waits for non-interruptible pods; upstream NodeWright's name.

@@ -22,6 +22,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import marker
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 
 try:
     from kubernetes.client.rest import ApiException
@@ -35,6 +36,9 @@ REFUSE = "refuse"      # the drain cannot proceed without an operator's decision
 WAIT = "wait"          # already terminating: only wait for it to go
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+# How often a running drain brings the node's DrainBlocked condition in line (seconds).
+SIGNAL_INTERVAL = 1.0
 
 
 class DrainOptions(object):
@@ -203,7 +207,8 @@ def list_node_pods(core, node):
 class Drainer(object):
     """Evicts the pods of one node and waits until they are gone."""
 
-    def __init__(self, core, node, opts, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, core, node, opts, clock=time.monotonic, sleep=time.sleep, signal=None,
+                 signal_interval=SIGNAL_INTERVAL, showing_blocked=False):
         self.core = core
         self.node = node
         self.opts = opts
@@ -213,6 +218,11 @@ class Drainer(object):
         self.blocking_pdbs = {}
         self.attempts = {}
         self.errors = {}
+        # pod -> {"pdb", "since"} while its eviction is refused (a 429 not yet followed by success)
+        self.refused = {}
+        self.signal = signal or DrainBlockedSignal(
+            node, lambda patch: node_ops.patch_node_status(core, node, patch), showing=showing_blocked)
+        self.signal_interval = signal_interval
 
     def _delete_options(self):
         body = {}
@@ -238,10 +248,13 @@ class Drainer(object):
                     self.core.create_namespaced_pod_eviction(name, ns, eviction)
                 with self.lock:
                     self.attempts[pod["pod"]] = self.attempts.get(pod["pod"], 0) + 1
+                    self.refused.pop(pod["pod"], None)
                 return "evicted"
             except ApiException as exc:
                 with self.lock:
                     self.attempts[pod["pod"]] = self.attempts.get(pod["pod"], 0) + 1
+                    if exc.status != 429:
+                        self.refused.pop(pod["pod"], None)
                 if exc.status == 404:
                     return "gone"
                 if exc.status == 429:
@@ -249,6 +262,8 @@ class Drainer(object):
                     with self.lock:
                         self.blocking_pdbs[pod["pod"]] = {"pdb": "%s/%s" % (ns, pdb) if pdb else None,
                                                           "message": msg}
+                        since = (self.refused.get(pod["pod"]) or {}).get("since") or node_ops.now_iso()
+                        self.refused[pod["pod"]] = {"pdb": self.blocking_pdbs[pod["pod"]]["pdb"], "since": since}
                 elif exc.status == 500 and "more than one PodDisruptionBudget" in str(exc.body):
                     with self.lock:
                         self.errors[pod["pod"]] = "more than one PodDisruptionBudget selects this pod; " \
@@ -281,10 +296,18 @@ class Drainer(object):
         outcome = {}
         if targets:
             workers = min(self.opts.max_parallel, len(targets))
-            with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
-                futures = {ex.submit(self._evict_one, p, deadline): p for p in targets}
-                for fut in concurrent.futures.as_completed(futures):
-                    outcome[futures[fut]["pod"]] = fut.result()
+            stop = threading.Event()
+            monitor = threading.Thread(target=self._show_refusals, args=(stop,), daemon=True)
+            monitor.start()
+            try:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+                    futures = {ex.submit(self._evict_one, p, deadline): p for p in targets}
+                    for fut in concurrent.futures.as_completed(futures):
+                        outcome[futures[fut]["pod"]] = fut.result()
+            finally:
+                stop.set()
+                monitor.join()
+        self.signal.finish(self._refused_now())
         # Wait until no pod with a targeted (or already terminating) UID remains.
         waiting = {p["uid"]: p["pod"] for p in targets + plan[WAIT]
                    if outcome.get(p["pod"]) in (None, "evicted", "gone")}
@@ -304,7 +327,7 @@ class Drainer(object):
             if info and info.get("pdb"):
                 pdbs.setdefault(info["pdb"], {"pdb": info["pdb"], "message": info["message"], "pods": []})
                 pdbs[info["pdb"]]["pods"].append(key)
-        return {
+        result = {
             "accepted": sorted(k for k, v in outcome.items() if v == "evicted"),
             "stuck": sorted((pod_holdup(present[uid]) for uid in remaining if uid in present),
                             key=lambda d: d["pod"]),
@@ -318,6 +341,106 @@ class Drainer(object):
             "duration": round(self.clock() - start, 2),
             "timed_out": bool(still) and (self.clock() >= deadline or "timeout" in outcome.values()),
         }
+        if self.signal.errors:
+            result["drain_blocked_errors"] = list(self.signal.errors)
+        return result
+
+    def _refused_now(self):
+        with self.lock:
+            return {key: dict(value) for key, value in self.refused.items()}
+
+    def _show_refusals(self, stop):
+        while not stop.wait(self.signal_interval):
+            self.signal.update(self._refused_now())
+
+
+# --- the live DrainBlocked condition -----------------------------------------------------
+
+REASON_BLOCKED = "EvictionRefused"
+REASON_PROCEEDING = "EvictionsAccepted"
+REASON_ENDED = "DrainEnded"
+
+
+def drain_refusals(refused, verb="refuses"):
+    """``refused`` ({pod: {"pdb", "since"}}) in words: each PodDisruptionBudget with the
+    pods whose eviction it refuses, and since when."""
+    by_pdb = {}
+    for key, info in refused.items():
+        by_pdb.setdefault(info.get("pdb"), []).append((key, info.get("since")))
+    parts = []
+    for pdb in sorted(by_pdb, key=lambda name: (name is None, name or "")):
+        pods = sorted(by_pdb[pdb])
+        sinces = [since for key, since in pods if since]
+        who = "PodDisruptionBudget %s" % pdb if pdb else "the API server (HTTP 429 without a budget named)"
+        parts.append("%s %s to evict %s since %s" % (who, verb, ", ".join(key for key, since in pods),
+                                                      min(sinces) if sinces else "an unknown time"))
+    return "; ".join(parts)
+
+
+def drain_blocked_showing(node):
+    """Whether ``node`` (a dict) says its drain is blocked now."""
+    cond = node_ops.current_condition(node or {}, markers.CONDITION_DRAIN_BLOCKED)
+    return bool(cond) and cond.get("status") == "True"
+
+
+def drain_blocked_since(refused):
+    sinces = [info.get("since") for info in refused.values() if info.get("since")]
+    return min(sinces) if sinces else node_ops.now_iso()
+
+
+class DrainBlockedSignal(object):
+    """The node's ``nodewright.io/DrainBlocked`` condition, kept in line with the
+    evictions a running drain is refused: True (naming the budgets, the pods and since
+    when) while any is, False once they go through or the drain ends. ``write(patch)``
+    sends one node status patch; the condition is written only when what holds the drain
+    changes. A write that fails never fails the drain: it is kept in ``errors``."""
+
+    def __init__(self, node, write, now=None, showing=False):
+        self.node = node
+        self.write = write
+        self.now = now or node_ops.now_iso
+        # What the condition says now: None (not True), or the (pod, pdb) pairs it names.
+        # ``showing``: the node already says True (a run that died mid-drain), so this one
+        # rewrites or clears it whatever it meets.
+        self.shown = frozenset([None]) if showing else None
+        self.errors = []
+
+    def _write(self, status, reason, message, since):
+        cond = {"type": markers.CONDITION_DRAIN_BLOCKED, "status": status, "reason": reason,
+                "message": message[:1024], "lastHeartbeatTime": self.now(), "lastTransitionTime": since}
+        try:
+            self.write({"status": {"conditions": [cond]}})
+        except Exception as exc:  # pylint: disable=broad-except  # a signal, never a reason to stop the drain
+            if len(self.errors) < 5:
+                self.errors.append("could not write %s on node %s: %s" % (
+                    markers.CONDITION_DRAIN_BLOCKED, self.node, str(exc)[:200]))
+            return False
+        return True
+
+    def update(self, refused):
+        """``refused``: {pod: {"pdb", "since"}} of the evictions refused now."""
+        names = frozenset((key, info.get("pdb")) for key, info in refused.items())
+        if refused and names != self.shown:
+            if self._write("True", REASON_BLOCKED, "drain of node %s is waiting: %s"
+                           % (self.node, drain_refusals(refused)), drain_blocked_since(refused)):
+                self.shown = names
+        elif not refused and self.shown:
+            if self._write("False", REASON_PROCEEDING, "drain of node %s: the refused evictions went through"
+                           % self.node, self.now()):
+                self.shown = None
+
+    def finish(self, refused):
+        """The evictions are over: a True condition becomes False, saying whether the
+        drain went on or ended with evictions still refused."""
+        if not self.shown:
+            return
+        if refused:
+            message = "drain of node %s ended at its deadline: %s" % (
+                self.node, drain_refusals(refused, verb="still refused"))
+            if self._write("False", REASON_ENDED, message, self.now()):
+                self.shown = None
+        else:
+            self.update({})
 
 
 def pod_holdup(pod):

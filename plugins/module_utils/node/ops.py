@@ -35,6 +35,16 @@ def now_iso():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def seconds_since(iso, now=None):
+    """Seconds from the time ``iso`` (as ``now_iso`` writes it) to ``now`` (default: now); 0 when unreadable."""
+    try:
+        then = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except (TypeError, ValueError):
+        return 0.0
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return max(0.0, (now - then).total_seconds())
+
+
 class NodeNotFound(NodeWrightError):
     pass
 

@@ -68,6 +68,13 @@ class NodeHandle(object):
         return self._patch(self._path, patch, "application/merge-patch+json",
                            "record NodeWright %s state on node %s" % (resource, self.name))
 
+    def remove_annotation(self, key):
+        """Remove the annotation ``key``; False when the node has none."""
+        if key not in ((self.node.get("metadata") or {}).get("annotations") or {}):
+            return False
+        return self._patch(self._path, {"metadata": {"annotations": {key: None}}}, "application/merge-patch+json",
+                           "remove annotation %s from node %s" % (key, self.name))
+
     def condition(self, cond_type, status, reason, message):
         patch = node_ops.condition_patch(self.node, cond_type, status, reason, message)
         return self._patch(self._path + "/status", patch, "application/strategic-merge-patch+json",

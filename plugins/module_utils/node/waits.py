@@ -56,6 +56,23 @@ def blocking_pods(pods, selector):
     return sorted(out, key=lambda p: p["pod"])
 
 
+def protected_by_node(pods, selector, nodes):
+    """``{node: [namespace/pod, ...]}``: the pods matching the non-interruptible ``selector``
+    that run (or may run) on each of ``nodes`` (what a run would wait for there)."""
+    wanted = set(nodes)
+    grouped = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in wanted:
+            grouped.setdefault(node, []).append(pod)
+    out = {}
+    for node, on_node in grouped.items():
+        found = [p["pod"] for p in blocking_pods(on_node, selector)]
+        if found:
+            out[node] = found
+    return out
+
+
 def wait_for_critical_pods(core, node, selectors, timeout, poll=2.0, resource=None, check_mode=False,
                            clock=time.monotonic, sleep=time.sleep):
     """Wait until no non-interruptible pod runs on ``node``. Never evicts anything.

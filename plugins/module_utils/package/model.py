@@ -727,16 +727,23 @@ def find_manifest(path):
 
 def load_package(path, config=None):
     """Load and validate the package in directory ``path``; with ``config``, also
-    check it supplies every expected key. ``package.yaml`` needs the controller
-    (PyYAML): the action plugin loads it with ``package_from_manifest``."""
+    check it supplies every expected key. ``package.yaml`` needs PyYAML (the controller:
+    ``manifest_yaml``); the package action sends a node ``package.json``."""
     fmt, manifest = find_manifest(path)
     if manifest.endswith(".yaml"):
-        raise PackageError([ValidationError(
-            "%s is YAML, which the node cannot read" % manifest, source=manifest,
-            hint="run through the nodewright.fleet.package action (it converts YAML on the controller) "
-                 "or ship package.json")])
-    text = safe_load.read_text(manifest)
-    data, lines = parse_json_manifest(text, manifest)
+        from ansible_collections.nodewright.fleet.plugins.module_utils.package import manifest_yaml
+        if not manifest_yaml.available():
+            raise PackageError([ValidationError(
+                "%s is YAML, which this Python cannot read (no PyYAML)" % manifest, source=manifest,
+                hint="run through the nodewright.fleet.package action (it converts YAML on the controller) "
+                     "or ship package.json")])
+        try:
+            data, lines = manifest_yaml.read_manifest(manifest)
+        except ValidationError as exc:
+            raise PackageError([exc])
+    else:
+        text = safe_load.read_text(manifest)
+        data, lines = parse_json_manifest(text, manifest)
     package = package_from_manifest(data, root=path, source=manifest, lines=lines, fmt=fmt)
     if config is not None:
         package.validate_config(config)

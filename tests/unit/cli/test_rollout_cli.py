@@ -59,6 +59,13 @@ def test_wave_outcome(runner, stats, succeeded, failed):
     assert [h for h, o in outcome.items() if o == "failed"] == failed
 
 
+def test_a_node_left_blocked_by_protected_pods_is_neither_done_nor_failed(runner):
+    stats = {"processed": {"a": 1, "b": 1, "c": 1}, "failures": {"c": 1},
+             "artifact_data": {"nodewright_blocked": {"b": ["training/train-0"], "c": ["training/train-1"]}}}
+    # A failed host stays failed even if it was also named blocked.
+    assert runner.wave_outcome(["a", "b", "c"], stats) == {"a": "ok", "b": "blocked", "c": "failed"}
+
+
 def test_policy_file_as_resource_or_spec(runner, tmp_path):
     spec = {"default": {"budget": {"count": 2}, "strategy": {"linear": {"delta": 2}}}}
     (tmp_path / "spec.yml").write_text(yaml.safe_dump(spec))

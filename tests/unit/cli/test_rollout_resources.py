@@ -277,3 +277,14 @@ def test_maintain_leaves_what_the_strategy_published(maintain_action):
     run_context.clear()
     assert maintain_action._resource_from_play({"nodewright_rollout_desired": "not a plan"}, "a") is None
     assert run_context.names() == []
+
+
+def test_a_resource_that_could_not_be_rolled_out_ends_the_run_non_zero(rollout, capsys):
+    cli = rollout.ResourcesCli(parse(["--resources", "-i", "inv.yml"]))
+    desired = {"blocked": [{"name": "orphan", "reason": "DeploymentPolicy 'gone' does not exist"}]}
+    assert cli.blocked_exit(desired, rollout.EXIT_OK) == rollout.EXIT_FAILED
+    assert "1 NodeWright resource(s) could not be rolled out: orphan: DeploymentPolicy 'gone' does not exist" \
+        in capsys.readouterr().err
+    # Nothing blocked, or the run already failed for another reason: the code stands.
+    assert cli.blocked_exit({"blocked": []}, rollout.EXIT_OK) == rollout.EXIT_OK
+    assert cli.blocked_exit(desired, rollout.EXIT_FAILED) == rollout.EXIT_FAILED

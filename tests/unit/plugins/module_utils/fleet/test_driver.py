@@ -235,3 +235,28 @@ def test_a_lost_reservation_race_decides_again():
     status, _ = driver.run()
     assert status == COMPLETE and sizes(hooks.waves) == [1, 1, 1]
     assert [w.number for w in driver.waves] == [1, 2, 3]
+
+
+class PausingFleet(ViewFleet):
+    """A fleet whose resources are paused (or disabled) from its ``pause_after``-th admission on."""
+
+    def __init__(self, view, how, pause_after):
+        super(PausingFleet, self).__init__(view)
+        self.how, self.pause_after, self.reads = how, pause_after, 0
+
+    def stopped_resources(self):
+        self.reads += 1
+        return {"rp": self.how, "other": self.how} if self.reads > self.pause_after else {}
+
+
+@pytest.mark.parametrize("how, verb", [("paused", "resume"), ("disabled", "enable")])
+def test_a_resource_paused_during_the_run_admits_no_further_node(how, verb):
+    nodes = fleet(4)
+    res = resource("rp", policy({"fixed": {"initialBatch": 1}}), ["n%02d" % i for i in range(4)])
+    view = FleetView(nodes, {}, NOW)
+    hooks = Recorder(view)
+    driver = RolloutDriver([res], PausingFleet(view, how, pause_after=1), hooks, holder_id="me", now=NOW)
+    status, reason = driver.run()
+    assert hooks.waves == [{"n00": "rp"}], "a wave started after the pause"
+    assert status == WAITING and res.stopped == how
+    assert "%s during the run: no node is admitted" % how in reason and "`nodewright %s rp`" % verb in reason

@@ -187,6 +187,13 @@ def test_pause_and_disable_annotations():
     (nodewright({"drainConfig": {"timeout": "-1m"}}), "spec.drainConfig.timeout", "must not be negative"),
     (nodewright({"drainConfig": {"force": "yes"}}), "spec.drainConfig.force", "true or false"),
     (nodewright({"drainConfig": {"evict": False}}), "spec.drainConfig.evict", "unknown field"),
+    (nodewright({"podNonInterruptWait": {"timeout": "2h", "giveUpAfter": "1h"}}),
+     "spec.podNonInterruptWait.giveUpAfter", "giveUpAfter 1h is shorter than timeout 2h"),
+    (nodewright({"podNonInterruptWait": {"timeout": 60}}), "spec.podNonInterruptWait.timeout",
+     "must be a duration string"),
+    (nodewright({"podNonInterruptWait": {"timeout": "-1h"}}), "spec.podNonInterruptWait.timeout", "must not be negative"),
+    (nodewright({"podNonInterruptWait": {"giveUp": "1h"}}), "spec.podNonInterruptWait.giveUp", "unknown field"),
+    (nodewright({"podNonInterruptWait": "1h"}), "spec.podNonInterruptWait", "mapping"),
     (nodewright({"runtimeRequiredCordonAfter": True}), "spec.runtimeRequiredCordonAfter", "needs runtimeRequired"),
     (nodewright({"reapplyOnReboot": "yes"}), "spec.reapplyOnReboot", "true or false"),
     (nodewright({"packages": {"tuning": {"version": "1.0.0", "dependsOn": {"tuning": "1.0.0"}}}}),
@@ -360,6 +367,17 @@ def test_upstream_parity_fields_are_accepted_and_drain_config_maps_onto_node_dra
     assert drain_options(spec["drainConfig"]) == {"timeout": 900, "grace_period": 90, "delete_emptydir_data": True,
                                                   "force": False, "ignore_daemonsets": True, "disable_eviction": False}
     assert drain_options({"timeout": "0"}) == {}, "NodeWright always bounds a drain: 0 leaves the rollout's timeout"
+
+
+def test_the_wait_for_protected_pods_is_read_in_seconds():
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import non_interrupt_wait_options
+    spec = validate_nodewright(nodewright({"podNonInterruptWait": {"timeout": "90m", "giveUpAfter": "72h"}}))["spec"]
+    assert spec["podNonInterruptWait"] == {"timeout": "90m", "giveUpAfter": "72h"}
+    assert non_interrupt_wait_options(spec["podNonInterruptWait"]) == {"timeout": 5400, "give_up_after": 259200}
+    # 0 leaves the rollout's own wait and never gives up; unset is the same.
+    assert non_interrupt_wait_options({"timeout": "0", "giveUpAfter": "0"}) == {}
+    assert non_interrupt_wait_options(None) == {}
+    assert non_interrupt_wait_options({"timeout": "1.5s"}) == {"timeout": 2}
 
 
 def test_auto_taint_without_runtime_required_is_accepted_and_does_nothing():

@@ -102,3 +102,78 @@ def test_a_failed_drain_says_what_kept_each_pod():
     assert text.startswith("drain of node n1 timed out after 30s")
     assert "PodDisruptionBudget ns/strict allowed no disruption (needs 2) for ns/a" in text
     assert "ns/b: forbidden" in text and "ns/c is still on the node" in text and "stays cordoned" in text
+
+
+# --------------------------------------------------------------------------- DrainBlocked
+
+T1, T2, T3 = "2026-12-01T00:00:01Z", "2026-12-01T00:00:05Z", "2026-12-01T00:01:00Z"
+
+
+def test_the_refusals_name_each_budget_its_pods_and_since_when():
+    refused = {"ns/a": {"pdb": "ns/strict", "since": T2}, "ns/b": {"pdb": "ns/strict", "since": T1},
+               "ns/c": {"pdb": "ns/other", "since": T2}, "ns/d": {"pdb": None, "since": None}}
+    assert drain.drain_refusals(refused) == (
+        "PodDisruptionBudget ns/other refuses to evict ns/c since %s; "
+        "PodDisruptionBudget ns/strict refuses to evict ns/a, ns/b since %s; "
+        "the API server (HTTP 429 without a budget named) refuses to evict ns/d since an unknown time" % (T2, T1))
+    assert drain.drain_blocked_since(refused) == T1
+
+
+def signal(showing=False):
+    written = []
+    sig = drain.DrainBlockedSignal("n1", lambda patch: written.append(patch["status"]["conditions"][0]),
+                                   now=lambda: T3, showing=showing)
+    return sig, written
+
+
+def test_drain_blocked_is_written_when_what_holds_the_drain_changes_and_cleared_when_it_goes_through():
+    sig, written = signal()
+    sig.update({})
+    assert written == []                                  # nothing refused, nothing said
+    one = {"ns/a": {"pdb": "ns/strict", "since": T1}}
+    sig.update(one)
+    sig.update(one)
+    assert [(c["type"], c["status"], c["reason"], c["lastTransitionTime"]) for c in written] == [
+        ("nodewright.io/DrainBlocked", "True", "EvictionRefused", T1)]
+    assert written[0]["message"] == "drain of node n1 is waiting: PodDisruptionBudget ns/strict refuses to " \
+                                    "evict ns/a since %s" % T1
+    sig.update(dict(one, **{"ns/b": {"pdb": "ns/strict", "since": T2}}))
+    assert written[-1]["status"] == "True" and "ns/a, ns/b" in written[-1]["message"]
+    assert written[-1]["lastTransitionTime"] == T1        # still the same wait
+    sig.update({})
+    assert (written[-1]["status"], written[-1]["reason"], written[-1]["lastTransitionTime"]) == (
+        "False", "EvictionsAccepted", T3)
+    sig.finish({})
+    assert len(written) == 3                              # already clear
+
+
+def test_a_drain_that_ends_refused_clears_drain_blocked_saying_so():
+    sig, written = signal()
+    sig.update({"ns/a": {"pdb": "ns/strict", "since": T1}})
+    sig.finish({"ns/a": {"pdb": "ns/strict", "since": T1}})
+    assert (written[-1]["status"], written[-1]["reason"]) == ("False", "DrainEnded")
+    assert written[-1]["message"] == "drain of node n1 ended at its deadline: PodDisruptionBudget ns/strict " \
+                                     "still refused to evict ns/a since %s" % T1
+
+
+def test_a_drain_never_blocked_writes_nothing_but_clears_what_a_dead_run_left():
+    sig, written = signal()
+    sig.finish({})
+    assert written == []
+    sig, written = signal(showing=True)
+    sig.finish({})
+    assert [(c["status"], c["reason"]) for c in written] == [("False", "EvictionsAccepted")]
+
+
+def test_a_condition_that_cannot_be_written_never_stops_the_drain():
+    def refuse(patch):
+        raise RuntimeError("forbidden")
+    sig = drain.DrainBlockedSignal("n1", refuse, now=lambda: T3)
+    sig.update({"ns/a": {"pdb": "ns/strict", "since": T1}})
+    sig.finish({})
+    assert sig.errors and "could not write nodewright.io/DrainBlocked on node n1: forbidden" in sig.errors[0]
+    assert drain.drain_blocked_showing({"status": {"conditions": [
+        {"type": "nodewright.io/DrainBlocked", "status": "True"}]}})
+    assert not drain.drain_blocked_showing({"status": {"conditions": [
+        {"type": "nodewright.io/DrainBlocked", "status": "False"}]}})
+    assert not drain.drain_blocked_showing(None)

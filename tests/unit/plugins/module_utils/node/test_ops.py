@@ -88,3 +88,12 @@ def test_clearing_a_resources_marks_recomputes_the_node_label():
     assert patch["metadata"]["labels"] == {markers.status_label("r"): None, markers.LABEL_STATUS: "complete"}
     assert patch["metadata"]["annotations"] == {markers.state_annotation("r"): None}
     assert ops.clear_marks_patch(node(), "r") is None
+
+
+def test_seconds_since_a_recorded_time():
+    import datetime
+    now = datetime.datetime(2026, 12, 4, 12, 0, 0, tzinfo=datetime.timezone.utc)
+    assert ops.seconds_since("2026-12-04T11:59:00Z", now=now) == 60.0
+    assert ops.seconds_since("2026-12-04T12:00:30Z", now=now) == 0.0  # a clock ahead counts nothing
+    assert ops.seconds_since("yesterday", now=now) == 0.0
+    assert ops.seconds_since(None, now=now) == 0.0

@@ -13,7 +13,6 @@ import os
 import jsonschema
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.action.package import load_controller_package
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import json_line_map
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     FORMAT_SKYHOOK,
@@ -213,14 +212,23 @@ def test_directory_without_manifest(tmp_path):
     assert "config.json" in caught.value.hint
 
 
-def test_package_yaml_needs_the_controller(tmp_path):
+def test_package_yaml_needs_pyyaml(tmp_path, monkeypatch):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.package import manifest_yaml
     (tmp_path / "package.yaml").write_text("name: demo\n")
+    monkeypatch.setattr(manifest_yaml, "yaml", None)  # a node's Python: no PyYAML
     with pytest.raises(PackageError) as caught:
         load_package(str(tmp_path))
-    assert "YAML" in str(caught.value)
+    assert "is YAML, which this Python cannot read (no PyYAML)" in str(caught.value)
 
 
-def test_package_yaml_loads_on_the_controller_with_lines(tmp_path):
+def test_package_yaml_that_is_not_yaml_names_its_line(tmp_path):
+    (tmp_path / "package.yaml").write_text("name: demo\nversion: [1.0.0\n")
+    with pytest.raises(PackageError) as caught:
+        load_package(str(tmp_path))
+    assert "not valid YAML" in str(caught.value) and caught.value.line
+
+
+def test_package_yaml_loads_wherever_package_json_does_with_lines(tmp_path):
     os.makedirs(str(tmp_path / "steps"))
     (tmp_path / "steps" / "run.sh").write_text("#!/bin/sh\n")
     (tmp_path / "package.yaml").write_text(
@@ -234,11 +242,11 @@ def test_package_yaml_loads_on_the_controller_with_lines(tmp_path):
         "interrupt:\n"
         "  type: sometimes\n")
     with pytest.raises(PackageError) as caught:
-        load_controller_package(str(tmp_path))
+        load_package(str(tmp_path))
     assert caught.value.field == "interrupt.type"
     assert caught.value.line == 9
     (tmp_path / "package.yaml").write_text((tmp_path / "package.yaml").read_text().replace("sometimes", "reboot"))
-    assert load_controller_package(str(tmp_path)).interrupt.type == "reboot"
+    assert load_package(str(tmp_path)).interrupt.type == "reboot"
 
 
 @pytest.mark.parametrize("name", sorted(os.listdir(SHIPPED)))
