@@ -73,6 +73,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     read_settings,
     resources_from_desired,
     status_writer,
+    wave_facts,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html
@@ -175,22 +176,6 @@ def load_policy_file(path):
         raise ValidationError(exc.message, hint=exc.hint, source=path)
 
 
-def wave_facts(wave, records):
-    """host -> its ``nodewright_rollout`` fact for ``wave`` (a driver WaveRun), as the strategy
-    sets it; ``resource`` names the NodeWright resource the node is rolled out for."""
-    facts = {}
-    for name, engine_wave in wave.waves.items():
-        record = records[name]
-        for compartment, hosts in engine_wave.compartments.items():
-            for host in hosts:
-                fact = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
-                        "policy": record.source}
-                if record.resource:
-                    fact["resource"] = name
-                facts[host] = {FACT: fact}
-    return facts
-
-
 class WaveHooks(RunHooks):
     """Runs each wave as one ansible-runner run limited to the wave's hosts."""
 
@@ -221,7 +206,8 @@ class WaveHooks(RunHooks):
             fh.write("\n".join(wave.nodes) + "\n")
         wave_inventory = os.path.join(workdir, name + ".inventory.yml")
         with open(wave_inventory, "w") as fh:
-            yaml.safe_dump({"all": {"hosts": wave_facts(wave, self.records)}}, fh)
+            yaml.safe_dump({"all": {"hosts": {host: {FACT: fact} for host, fact in
+                                                wave_facts(wave, self.records).items()}}}, fh)
         extravars = {VAR_DRIVER: DRIVER_WAVE_RUNNER, "nodewright_rollout_strategy": "ansible.builtin.linear"}
         extravars.update(self.extravars)
         result = runner.run_playbook(

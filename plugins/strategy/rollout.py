@@ -168,6 +168,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     read_settings,
     resources_from_desired,
     status_writer,
+    wave_facts,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals
@@ -253,15 +254,8 @@ class StrategyHooks(RunHooks):
     def run_wave(self, wave):
         strategy, iterator = self.strategy, self.iterator
         hosts = [self.by_name[name] for name in wave.nodes]
-        for name, engine_wave in wave.waves.items():
-            record = self.records[name]
-            for compartment, members in engine_wave.compartments.items():
-                for host in members:
-                    fact = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
-                            "policy": record.source}
-                    if record.resource:
-                        fact["resource"] = name
-                    strategy._variable_manager.set_nonpersistent_facts(host, {FACT: fact})
+        for host, fact in wave_facts(wave, self.records).items():
+            strategy._variable_manager.set_nonpersistent_facts(host, {FACT: fact})
         # The inventory holds only the wave while it runs, as it holds one serial batch
         # under ansible-playbook: the strategy's host cache, ansible_play_batch and meta
         # tasks such as end_batch then see the wave and nothing else. (Hosts of later waves

@@ -390,13 +390,21 @@ def _iso(moment):
     return moment.isoformat(timespec="seconds") if moment is not None else None
 
 
-def wave_facts(wave, policy_source):
-    """host → the ``nodewright_rollout`` fact of a wave's hosts."""
+def wave_facts(wave, records):
+    """host -> its ``nodewright_rollout`` fact for ``wave`` (a driver ``WaveRun``): the wave,
+    compartment, wave size and policy, and ``resource`` where the run rolls out NodeWright
+    resources. The strategy sets it on each admitted host; the wave runner hands it over as a
+    host variable."""
     facts = {}
-    for compartment, hosts in wave.compartments.items():
-        for host in hosts:
-            facts[host] = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
-                           "policy": policy_source}
+    for name, engine_wave in wave.waves.items():
+        record = records[name]
+        for compartment, hosts in engine_wave.compartments.items():
+            for host in hosts:
+                fact = {"wave": wave.number, "compartment": compartment, "wave_size": len(wave.nodes),
+                        "policy": record.source}
+                if record.resource:
+                    fact["resource"] = name
+                facts[host] = fact
     return facts
 
 

@@ -214,7 +214,7 @@ def test_desired_state_is_never_a_template(rollout, tmp_path):
     assert plain["rollouts"][0]["packages"][0]["config"]["motd"] == os.environ["HOME"]
 
 
-def test_wave_facts_name_the_resource(rollout):
+def test_wave_facts_name_the_resource():
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import WaveRun
 
     class EngineWave(object):
@@ -229,11 +229,11 @@ def test_wave_facts_name_the_resource(rollout):
                    waves={"tuning": EngineWave({"__default__": ["h1", "h2"]}),
                           "nvidia": EngineWave({"grace-blackwell": ["g1"]})})
     records = {"tuning": Record("DeploymentPolicy/gpu-canary", "tuning"), "nvidia": Record("inline", None)}
-    facts = rollout.wave_facts(wave, records)
-    assert facts["h2"] == {"nodewright_rollout": {"wave": 3, "compartment": "__default__", "wave_size": 3,
-                                                  "policy": "DeploymentPolicy/gpu-canary", "resource": "tuning"}}
-    assert facts["g1"] == {"nodewright_rollout": {"wave": 3, "compartment": "grace-blackwell", "wave_size": 3,
-                                                  "policy": "inline"}}
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import wave_facts
+    facts = wave_facts(wave, records)
+    assert facts["h2"] == {"wave": 3, "compartment": "__default__", "wave_size": 3,
+                           "policy": "DeploymentPolicy/gpu-canary", "resource": "tuning"}
+    assert facts["g1"] == {"wave": 3, "compartment": "grace-blackwell", "wave_size": 3, "policy": "inline"}
 
 
 # --------------------------------------------------------------------------- maintain under linear

@@ -16,6 +16,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
     WAVE,
     parse_policy,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import WaveRun
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
     next_wave,
@@ -109,7 +110,12 @@ def test_wave_facts_and_seconds_until():
     nodes = [{"name": "c1", "labels": {"pool": "canary"}}, {"name": "g1", "labels": {}},
              {"name": "g2", "labels": {}}]
     wave = next_wave(state, nodes).wave
-    assert rollout.wave_facts(wave, "inline") == {
+
+    class Record(object):
+        source, resource = "inline", None
+
+    run = WaveRun(number=1, assignment={n: "r" for n in wave.nodes}, waves={"r": wave})
+    assert rollout.wave_facts(run, {"r": Record()}) == {
         "c1": {"wave": 1, "compartment": "canary", "wave_size": 3, "policy": "inline"},
         "g1": {"wave": 1, "compartment": "__default__", "wave_size": 3, "policy": "inline"},
         "g2": {"wave": 1, "compartment": "__default__", "wave_size": 3, "policy": "inline"}}
