@@ -10,6 +10,7 @@ requirements, the CLI and the simulator; then, with that ansible-core:
 
 * the strategy's, the action plugins' and the internals seam's unit tests, and
   ``ansible-doc`` of every plugin (``tests/unit/plugins/test_plugin_docs.py``);
+* ``plan.yml``, then ``rollout.yml`` making exactly the waves it planned;
 * the main job as a user runs it (``tests/integration/test_demo.py``: ``make demo``'s
   ``bin/nodewright-demo`` on a ``mixed`` simulator of its own, ``install_crds.yml`` then
   ``rollout.yml`` with the shipped examples, every targeted node complete, exit 0, and a
@@ -71,6 +72,8 @@ TESTS = [
     "tests/unit/plugins/action",
     "tests/unit/plugins/test_plugin_docs.py",
     "tests/integration/test_demo.py",
+    # plan.yml, then rollout.yml making exactly the planned waves.
+    "tests/integration/test_rollout_playbook.py::test_rollout_follows_the_plan_and_publishes_status",
     # nodewright_rollout_workers=threads: threads where the seam has them, else forks with one line.
     "tests/integration/test_rollout_playbook.py::test_maintain_tasks_run_in_threads_or_processes_with_the_same_outcome",
     "tests/integration/test_rollout_without_strategy.py",
