@@ -18,11 +18,12 @@ system-packages:
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt simulator/pyproject.toml cli/pyproject.toml | system-packages
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@echo "nodewright: installing the Python requirements into $(VENV) (one-time)"
-	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	@$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
-	@# compat: the source folders on sys.path, without setuptools' notice about lenient editable installs
-	@$(BIN)/pip install -q --disable-pip-version-check -e simulator -e cli --config-settings editable_mode=compat
+	@echo "nodewright: installing the Python requirements into $(VENV) (one-time; pip's output in $(VENV)/pip.log)"
+	@# pip and the build backends' notices go to the log, shown whole when an install fails.
+	@( $(BIN)/pip install -q --disable-pip-version-check --upgrade pip && \
+	   $(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt && \
+	   $(BIN)/pip install -q --disable-pip-version-check -e simulator -e cli ) >$(VENV)/pip.log 2>&1 || \
+	  { cat $(VENV)/pip.log; echo "nodewright: the Python requirements did not install (above)" >&2; exit 1; }
 	@touch $@
 
 venv: $(BIN)/.installed
