@@ -206,8 +206,8 @@ class WaveHooks(RunHooks):
             fh.write("\n".join(wave.nodes) + "\n")
         wave_inventory = os.path.join(workdir, name + ".inventory.yml")
         with open(wave_inventory, "w") as fh:
-            yaml.safe_dump({"all": {"hosts": {host: {FACT: fact} for host, fact in
-                                                wave_facts(wave, self.records).items()}}}, fh)
+            hosts = {host: {FACT: fact} for host, fact in wave_facts(wave, self.records).items()}
+            yaml.safe_dump({"all": {"hosts": hosts}}, fh)
         extravars = {VAR_DRIVER: DRIVER_WAVE_RUNNER, "nodewright_rollout_strategy": "ansible.builtin.linear"}
         extravars.update(self.extravars)
         result = runner.run_playbook(

@@ -528,10 +528,10 @@ class _Sequence(object):
     def paused(self, how, where):
         """The node stops here because its resource was paused or disabled; the next run after the
         resume takes it up again where it stopped (the rollout counts it as neither done nor failed)."""
+        before = "it was touched" if where == "start" else "its packages"
+        verb = {"paused": "resume", "disabled": "enable"}[how]
         words = ("node %s stopped before %s: NodeWright %s was %s during the run; `nodewright %s %s` and the "
-                 "next run go on from there" % (self.name, "it was touched" if where == "start" else "its packages",
-                                                  self.resource, how, {"paused": "resume", "disabled": "enable"}[how],
-                                                  self.resource))
+                 "next run go on from there" % (self.name, before, self.resource, how, verb, self.resource))
         out = self.outcome(self.phase)
         out.update(paused=where, msg=words,
                    ansible_stats={"data": {STAT_PAUSED: {self.name: where}}, "per_host": False, "aggregate": True})

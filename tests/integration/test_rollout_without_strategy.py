@@ -89,14 +89,16 @@ def outcome_in_cluster(kubeconfig):
 
 
 def waves_of(report):
-    """Each resource's waves from the report's rollout entries: number, compartments and their nodes."""
-    return {entry["resource"]: [(w["number"], w["compartments"], w["succeeded"], w["failed"])
-                                for w in entry["waves"]]
+    """Each resource's waves, in order, from the report's rollout entries: compartments and their
+    nodes. The run's wave numbers are left out: a node just back from a reboot counts as unavailable
+    until the node lifecycle controller lifts its not-ready taint, and whether that falls before or
+    after the next admission is timing, which can shift another resource's batch to the next wave."""
+    return {entry["resource"]: [(w["compartments"], w["succeeded"], w["failed"]) for w in entry["waves"]]
             for entry in report["rollout"]}
 
 
 def node_outcomes(report):
-    return {host: (entry["outcome"], entry.get("wave"), entry.get("compartment"))
+    return {host: (entry["outcome"], entry.get("compartment"))
             for host, entry in report["hosts"].items() if host != "localhost"}
 
 
@@ -136,9 +138,9 @@ def test_rollout_resources_without_the_strategy_matches_the_playbook(tmp_path):
     # The same waves, the same outcome per node, the same status of each resource.
     assert sorted(waves_of(by_cli)) == ["gpu-host-tuning", "nvidia-tuning-gb200"]
     assert waves_of(by_cli) == waves_of(by_playbook)
-    assert len({w[0] for waves in waves_of(by_cli).values() for w in waves}) > 2
+    assert len({w["number"] for entry in by_cli["rollout"] for w in entry["waves"]}) > 2
     assert node_outcomes(by_cli) == node_outcomes(by_playbook)
-    assert set(o for o, _, _ in node_outcomes(by_cli).values()) == {"ok"} and len(node_outcomes(by_cli)) == 6
+    assert set(o for o, _ in node_outcomes(by_cli).values()) == {"ok"} and len(node_outcomes(by_cli)) == 6
     assert {e["resource"]: e["status"] for e in by_cli["rollout"]} == \
         {e["resource"]: e["status"] for e in by_playbook["rollout"]} == \
         {"gpu-host-tuning": "complete", "nvidia-tuning-gb200": "complete"}
@@ -151,7 +153,7 @@ def test_rollout_resources_without_the_strategy_matches_the_playbook(tmp_path):
 
     # The strategy plugin was never loaded: every wave ran rollout.yml's play under linear.
     waves = sorted(p for p in glob.glob(str(artifacts / "wave-*" / "wave-*")) if os.path.isdir(p))
-    assert len(waves) == len({w[0] for ws in waves_of(by_cli).values() for w in ws})
+    assert len(waves) == len({w["number"] for entry in by_cli["rollout"] for w in entry["waves"]})
     for run in waves + [str(artifacts / "plan")]:
         for stdout in glob.glob(os.path.join(run, "artifacts", "*", "stdout")):
             with open(stdout) as fh:

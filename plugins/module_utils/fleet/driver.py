@@ -340,10 +340,10 @@ class RolloutDriver(object):
             if (stopped or {}).get(res.name):
                 how = stopped[res.name]
                 res.stopped = how
+                verb = {"paused": "resume", "disabled": "enable"}[how]
                 res.decision = WaveDecision(status=WAITING, reason=(
                     "%s during the run: no node is admitted; nodes already in it stop at their next step and "
-                    "`nodewright %s %s` goes on from there" % (how, {"paused": "resume", "disabled": "enable"}[how],
-                                                                res.name)))
+                    "`nodewright %s %s` goes on from there" % (how, verb, res.name)))
                 continue
             res.stopped = None
             # Priority order per node: a node waits while a resource before this one in

@@ -372,8 +372,8 @@ def drain_refusals(refused, verb="refuses"):
         pods = sorted(by_pdb[pdb])
         sinces = [since for key, since in pods if since]
         who = "PodDisruptionBudget %s" % pdb if pdb else "the API server (HTTP 429 without a budget named)"
-        parts.append("%s %s to evict %s since %s" % (who, verb, ", ".join(key for key, since in pods),
-                                                      min(sinces) if sinces else "an unknown time"))
+        keys = ", ".join(key for key, since in pods)
+        parts.append("%s %s to evict %s since %s" % (who, verb, keys, min(sinces) if sinces else "an unknown time"))
     return "; ".join(parts)
 
 
