@@ -11,8 +11,7 @@ import ssl
 import threading
 
 import pytest
-
-pki = pytest.importorskip("nodewright_sim.pki")
+from nodewright_sim import pki
 
 pytestmark = pytest.mark.unit
 
