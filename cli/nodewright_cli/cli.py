@@ -8,13 +8,14 @@
     nodewright drift [--reapply]
     nodewright pause|resume|disable|enable NAME
     nodewright ignore NODE [--undo]
-    nodewright reset NODE [--resource NAME]
+    nodewright reset NODE [--resource NAME] | reset NODE --package P [--yes] [--dry-run]
     nodewright reset-batches NAME
     nodewright rollout PLAYBOOK -i INVENTORY (--policy FILE | --policy-name NAME) [--admission] ...
     nodewright rollout --resources -i INVENTORY [--resource NAME]   (rollout.yml without the strategy plugin)
     nodewright report [FILE] [--open | --print] [--no-cluster]
-    nodewright node list|status NODE
+    nodewright node list|status NODE | update-state NODE --package P --state S [--stage S] [--yes] [--dry-run]
     nodewright package logs NODE PACKAGE [--stage S] [-f] | rerun NODE PACKAGE --stage S
+    nodewright adopt [--resource NAME] [--node NODE] [--dry-run] [--json]   (take over from upstream NodeWright)
     nodewright version
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
@@ -119,6 +120,7 @@ def build_parser():
                      help="extra variables for the rollout: KEY=VALUE, JSON, or @file (repeatable)")
 
     st = sub.add_parser("status", help="nodes with their package states, blocked reasons and the next wave")
+    st.add_argument("name", nargs="?", help="only this NodeWright resource (the same as --resource)")
     st.add_argument("--resource", help="only this NodeWright resource")
     st.add_argument("--json", action="store_true")
     st.add_argument("--package-dir", action="append", default=[])
@@ -143,10 +145,14 @@ def build_parser():
     ig.add_argument("node")
     ig.add_argument("--undo", action="store_true", help="take the node back")
     ig.add_argument("--dry-run", action="store_true")
-    rs = sub.add_parser("reset", help="forget NodeWright's record on a node (labels and annotations)")
+    rs = sub.add_parser("reset", help="forget NodeWright's record on a node (labels and annotations), or one "
+                                      "package's (--package)")
     rs.add_argument("node")
-    rs.add_argument("--resource", help="only this resource's record (default: all)")
-    rs.add_argument("--dry-run", action="store_true")
+    rs.add_argument("--package", help="only this package's record, which the next rollout applies from the start "
+                                      "(the other packages keep theirs); asks first")
+    from nodewright_cli import recovery
+    recovery.add_common(rs, _env, resource_help="only this resource's record (default: all; with --package: the "
+                                                "one that records the package)")
     rb = sub.add_parser("reset-batches", help="forget a NodeWright resource's batch state (a halted rollout "
                                               "starts again from its first batch)")
     rb.add_argument("name", help="NodeWright resource")
@@ -156,6 +162,8 @@ def build_parser():
     report.add_parser(sub)
     from nodewright_cli import triage
     COMMANDS.update(triage.register(sub, _env, _cluster))
+    from nodewright_cli import adopt
+    COMMANDS.update(adopt.register(sub, _env, _cluster))
     return p
 
 
@@ -204,12 +212,16 @@ def _with_env(run, env):
 
 def cmd_status(args):
     from nodewright_cli import status
+    if args.name and args.resource and args.name != args.resource:
+        raise NodeWrightError("two resources named: %s and --resource %s" % (args.name, args.resource),
+                              hint="name one resource, or none for all of them")
+    only = args.resource or args.name
     cluster = _cluster(args)
     data = status.build(cluster.nodewrights(), cluster.nodes(), cluster.policies(),
                         [os.path.abspath(d) for d in args.package_dir] + collection.shipped_package_dirs(),
-                        taint_key=args.taint_key, only=args.resource)
-    if args.resource and not data["resources"] and not data["blocked"]:
-        raise NodeWrightError("NodeWright resource %r does not exist" % args.resource,
+                        taint_key=args.taint_key, only=only)
+    if only and not data["resources"] and not data["blocked"]:
+        raise NodeWrightError("NodeWright resource %r does not exist" % only,
                               hint="list them with `kubectl get nodewrights`")
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n" if args.json else status.render(data))
     return 0
@@ -270,6 +282,14 @@ def cmd_ignore(args):
 
 def cmd_reset(args):
     from nodewright_cli import actions
+    if args.package:
+        from nodewright_cli import recovery
+        return recovery.cmd_reset_package(args, _cluster(args))
+    extra = [flag for flag, given in (("--version", args.version), ("--reason", args.reason), ("--json", args.json))
+             if given]
+    if extra:
+        raise NodeWrightError("%s go%s with --package only" % (", ".join(extra), "" if len(extra) > 1 else "es"),
+                              hint="a reset of a whole resource's record takes --resource and --dry-run")
     patch, condition = actions.reset_node(_cluster(args), args.node, resource=args.resource, dry_run=args.dry_run)
     if condition and args.dry_run:
         print("node %s status: %s" % (args.node, json.dumps(condition, sort_keys=True)))

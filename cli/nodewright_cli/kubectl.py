@@ -12,7 +12,7 @@ the ``nodewright`` command (one implementation)::
     kubectl nodewright node status NODE [-o json|yaml|wide]
     kubectl nodewright package logs NODE PACKAGE [--resource R] [--stage S] [--all] [-f] [-n NAMESPACE]
     kubectl nodewright pause|resume RESOURCE
-    kubectl nodewright reset NODE [--resource R]
+    kubectl nodewright reset NODE [--resource R] [--package P [--yes]]
     kubectl nodewright version [-o json|yaml]
 
 ``--kubeconfig`` and ``--context`` are kubectl's (kubectl passes neither to a plugin:
@@ -72,9 +72,11 @@ def build_parser():
     for verb, what in (("pause", "stop starting nodes for a NodeWright resource"), ("resume", "undo pause")):
         v = sub.add_parser(verb, help=what)
         v.add_argument("resource")
-    r = sub.add_parser("reset", help="forget NodeWright's record on a node")
+    r = sub.add_parser("reset", help="forget NodeWright's record on a node, or one package's (--package)")
     r.add_argument("node")
     r.add_argument("--resource", help="only this NodeWright resource's record")
+    r.add_argument("--package", help="only this package's record: the next rollout applies it from the start")
+    r.add_argument("-y", "--yes", action="store_true", help="with --package: do it without asking")
     output(sub.add_parser("version", help="versions of the command, the collection and ansible-core"),
            ("json", "yaml"))
     return p
@@ -113,6 +115,7 @@ def translate(args):
         argv += [args.command, args.resource]
     elif args.command == "reset":
         argv += ["reset", args.node] + only(args.resource)
+        argv += (["--package", args.package] if args.package else []) + (["--yes"] if args.yes else [])
     elif args.command == "version":
         argv += ["version"]
     if structured:

@@ -32,6 +32,13 @@ def _failed_before(resource):
     return False
 
 
+def _condition_true(resource, cond_type):
+    for cond in ((resource or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == cond_type:
+            return cond.get("status") == "True"
+    return False
+
+
 def record_uninstall_outcome(core, resource, result, reported):
     """After an uninstall run: a failure goes into the resource's Deleting condition
     at once (with the nodes' reasons); a success forgets it."""
@@ -65,13 +72,21 @@ class LifecycleMixin(object):
                     self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, True))
                     LOG.info("NodeWright %s: finalizer %s added (%s)", name, deletion.FINALIZER, decision["reason"])
                 elif action == deletion.REMOVE_FINALIZER:
+                    # Packages without uninstall.enabled stay on the nodes: so do their entries
+                    # in the node state (as upstream keeps them).
+                    keep = deletion.kept_packages(resource)
                     for node in nodes:
-                        patch = node_ops.clear_marks_patch(node, name)
+                        patch = node_ops.clear_marks_patch(node, name, keep=keep)
                         if patch:
                             self.cluster.patch_node(name_of(node, None), patch)
                     self.cluster.patch_nodewright(name, deletion.finalizer_patch(resource, False))
                     LOG.info("NodeWright %s: finalizer removed, the resource goes (%s)", name, decision["reason"])
+                elif action == deletion.DELETION_BLOCKED:
+                    self._block_deletion(resource, decision)
                 elif action in (deletion.UNINSTALL, deletion.BLOCKED):
+                    if _condition_true(resource, deletion.CONDITION_DELETION_BLOCKED):
+                        node_ops.set_resource_condition(self.cluster.core, name,
+                                                        deletion.deletion_blocked_condition(decision))
                     failure = self.reported.get(("uninstall-failed", name))
                     if failure or not _failed_before(resource):
                         node_ops.set_resource_condition(self.cluster.core, name,
@@ -80,10 +95,24 @@ class LifecycleMixin(object):
                                       % (name, failure or decision["reason"]),
                                       logging.WARNING if action == deletion.BLOCKED else logging.INFO)
                     if action == deletion.UNINSTALL:
+                        for cond in deletion.uninstall_conditions(decision):
+                            node_ops.set_resource_condition(self.cluster.core, name, cond)
                         uninstalls[name] = decision
             except NodeWrightError as exc:
                 LOG.error("NodeWright %s: %s failed: %s", name, action, exc)
         return uninstalls
+
+    def _block_deletion(self, resource, decision):
+        """A paused or disabled resource being deleted with an uninstall pending: it stays,
+        with the DeletionBlocked condition and one Warning Event (when it becomes blocked)."""
+        name = name_of(resource, None)
+        if not _condition_true(resource, deletion.CONDITION_DELETION_BLOCKED):
+            node_ops.emit_event(self.cluster.core, name, deletion.CONDITION_DELETION_BLOCKED, decision["reason"],
+                                "Warning", involved=node_ops.resource_ref(name))
+        node_ops.set_resource_condition(self.cluster.core, name, deletion.deletion_blocked_condition(decision))
+        node_ops.set_resource_condition(self.cluster.core, name, deletion.deleting_condition(decision))
+        self._report_once(("deleting", name), "NodeWright %s is being deleted: %s" % (name, decision["reason"]),
+                          logging.WARNING)
 
     def _retaint_rebooted(self, view, work):
         """A runtimeRequired node that rebooted and is to re-apply its packages

@@ -15,14 +15,29 @@ from nodewright_cli.reconcile_work import name_of
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_state import targeted_nodes
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
+    CONDITION_NODE_STATE_MALFORMED,
+    CONDITION_UNINSTALL_IN_PROGRESS,
+    compute_status,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
 LOG = logging.getLogger("nodewright.reconcile")
 
 OVERRIDES = ("blocked", "paused", "disabled")
+
+
+def _malformed_changed(resource, described):
+    """Whether the status' NodeStateMalformed condition no longer matches the targets'
+    state annotations (one was hand-edited, or repaired): re-evaluated at every pass,
+    as a node with no work is never visited by a rollout that would write it."""
+    conditions = ((resource.get("status") or {}).get("conditions")) or []
+    shown = any(c.get("type") == CONDITION_NODE_STATE_MALFORMED and c.get("status") == "True" for c in conditions)
+    return shown != bool(described["malformed"])
 
 
 class SurfaceMixin(object):
@@ -46,7 +61,11 @@ class SurfaceMixin(object):
             elif described["disabled"]:
                 wanted.append((resource, "disabled", "disabled (annotation %s=true): skipped"
                                % markers.ANNOTATION_DISABLE, described))
-            elif ((resource.get("status") or {}).get("status")) in OVERRIDES:
+            elif described.get("held_work"):
+                # Held by an earlier sequencing: all resource: waiting (upstream's), saying for which.
+                wanted.append((resource, "waiting", described["held"], described))
+            elif ((resource.get("status") or {}).get("status")) in OVERRIDES + ("waiting",) \
+                    or _malformed_changed(resource, described):
                 wanted.append((resource, None, None, described))
         for resource, override, message, described in wanted:
             self._write_status(resource, override, message, nodes, described)
@@ -70,6 +89,12 @@ class SurfaceMixin(object):
                         if isinstance(v, dict)]
         new = compute_status(name, nodes, targets, packages, override=override, message=message,
                              generation=generation, current=current)
+        if (resource.get("metadata") or {}).get("deletionTimestamp"):
+            # The deletion's own conditions (fleet/deletion.py) stay while it goes on.
+            kept = [c for c in current.get("conditions") or []
+                    if c.get("type") in (deletion.CONDITION_DELETING, deletion.CONDITION_DELETION_BLOCKED,
+                                         CONDITION_UNINSTALL_IN_PROGRESS)]
+            new["conditions"] = [c for c in new["conditions"] if c["type"] not in {k["type"] for k in kept}] + kept
         before = {c.get("type"): c for c in current.get("conditions") or []}
         for cond in new["conditions"]:
             old = before.get(cond["type"])
@@ -100,6 +125,20 @@ class SurfaceMixin(object):
                 LOG.warning("node %s: %s", node_name, message)
             except NodeWrightError as exc:
                 LOG.error("could not mark node %s: %s", node_name, exc)
+        # A node with no work is never visited: once its state reads again, the mark follows
+        # what its resources say now.
+        for node in nodes:
+            if name_of(node) in malformed or not node_state.repaired_malformed(node):
+                continue
+            patch = node_ops.erroring_condition_patch(node)
+            if patch is None:
+                continue
+            try:
+                self.cluster.patch_node_status(name_of(node), patch)
+                LOG.info("node %s: its NodeWright state reads again; condition %s re-evaluated",
+                         name_of(node), markers.CONDITION_ERRORING)
+            except NodeWrightError as exc:
+                LOG.error("could not update node %s: %s", name_of(node), exc)
 
     def _open_ready_gates(self, nodes, managed, busy):
         """Tainted nodes that the rollout will not visit: open the gate when it is ready

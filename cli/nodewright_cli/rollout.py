@@ -107,6 +107,9 @@ def add_parser(sub):
                    help="where the JSON run report goes (default nodewright-report.json)")
     p.add_argument("--no-wait-for-window", dest="wait_for_window", action="store_false",
                    help="outside every maintenance window, stop and say when the next opens instead of waiting")
+    p.add_argument("--alert-gate", metavar="YAML|FILE",
+                   help="the run's alertGate (an inline YAML mapping or a file holding one): no node is admitted "
+                        "while a matching alert fires; it replaces the policies' own (docs/deployment-policy.md)")
     p.add_argument("--state-resource", metavar="NAME",
                    help="keep the batch state in this NodeWright resource's status and resume from it")
     p.add_argument("--admission", action="store_true",
@@ -174,6 +177,24 @@ def load_policy_file(path):
         return parse_policy(doc, "policy"), "file %s" % path
     except ValidationError as exc:
         raise ValidationError(exc.message, hint=exc.hint, source=path)
+
+
+def load_alert_gate(value):
+    """The ``--alert-gate`` value (inline YAML, or a file holding it) as an AlertGate; None without one."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.alerts import parse_alert_gate
+    if not value:
+        return None
+    if os.path.isfile(value):
+        with open(value) as fh:
+            doc = yaml.safe_load(fh)
+    else:
+        try:
+            doc = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValidationError("--alert-gate is neither a file nor a YAML mapping: %s" % exc, field="--alert-gate",
+                                  hint="e.g. --alert-gate '{url: http://alertmanager:9093, matchers: "
+                                       "[severity=critical]}'")
+    return parse_alert_gate(doc, "--alert-gate")
 
 
 class WaveHooks(RunHooks):
@@ -319,6 +340,7 @@ class WaveRunnerCli(object):
     def run(self):
         args = self.args
         policy, source = self.policy()
+        policy = policy.with_alert_gate(load_alert_gate(args.alert_gate))
         hosts = self.target_hosts()
         variables = self.host_variables()
         nodes = collect_nodes(hosts, lambda h: variables.get(h) or {}, self.auth)
@@ -329,10 +351,15 @@ class WaveRunnerCli(object):
                               source=source)
         if args.dry_run:
             driver, status, reason = plan_run([res], view)
+            soaks = {c.name: c.to_dict()["soakTime"] for c in policy.all_compartments if c.soak_time}
+            if policy.alert_gate is not None:
+                print("alert gate: %s; no node is admitted while a matching alert fires" % policy.alert_gate.describe())
             for wave in driver.waves:
                 engine = wave.waves[name]
-                print("wave %d: %s" % (wave.number, ", ".join(
-                    "%s [%s]" % (comp, ", ".join(members)) for comp, members in engine.compartments.items())))
+                soaking = ", ".join("%s %s" % (c, soaks[c]) for c in engine.compartments if c in soaks)
+                print("wave %d: %s%s" % (wave.number, ", ".join(
+                    "%s [%s]" % (comp, ", ".join(members)) for comp, members in engine.compartments.items()),
+                    "; then soak %s" % soaking if soaking else ""))
             print("then: %s (%s)" % (status, reason))
             return EXIT_OK
         record = RolloutRecord(os.path.basename(args.playbook), policy, source, nodes, driver=DRIVER_WAVE_RUNNER,
@@ -600,6 +627,7 @@ class ResourcesCli(WaveRunnerCli):
 
     def _run(self, workdir, started):
         args = self.args
+        gate = load_alert_gate(args.alert_gate)  # checked before anything runs
         planned, desired, play_name = self.plan(workdir)
         problem = plan_problem(planned.status, planned.rc, planned.report, desired)
         if problem:
@@ -611,6 +639,7 @@ class ResourcesCli(WaveRunnerCli):
             return code
         settings = read_settings({VAR_DESIRED: desired, VAR_DRIVER: DRIVER_WAVE_RUNNER, VAR_K8S_AUTH: self.auth,
                                   VAR_WAIT_FOR_WINDOW: args.wait_for_window})
+        settings.alert_gate = gate
         hosts = self.hosts()
         resources, records, keepers = resources_from_desired(
             settings.desired, hosts, settings, play_name, DRIVER_WAVE_RUNNER, check_mode=args.check,

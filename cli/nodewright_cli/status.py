@@ -16,7 +16,7 @@ from __future__ import annotations
 from nodewright_cli import collection  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain, gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import is_ignored
@@ -56,7 +56,8 @@ def node_notes(node, resource_name, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     if annotations.get(markers.ANNOTATION_BLOCKED_BY):
         notes.append("blocked by %s" % annotations[markers.ANNOTATION_BLOCKED_BY])
     conditions = _conditions(node)
-    for ctype in (markers.CONDITION_ERRORING, markers.CONDITION_BLOCKED, markers.CONDITION_DRIFT):
+    for ctype in (markers.CONDITION_ERRORING, markers.CONDITION_BLOCKED, markers.CONDITION_DRAIN_BLOCKED,
+                  markers.CONDITION_DRIFT):
         cond = conditions.get(ctype)
         if cond and cond.get("status") == "True":
             notes.append("%s: %s" % (ctype.split("/", 1)[1], cond.get("message", "")))
@@ -64,8 +65,13 @@ def node_notes(node, resource_name, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     if cordon != "uncordoned":
         notes.append(cordon.replace("_", " "))
     if gating.has_taint(node, taint_key):
-        notes.append("tainted %s" % taint_key)
+        notes.append("tainted %s" % ", ".join(gating.present_taints(node, taint_key)))
     return notes
+
+
+def _drains_held(targets, by_name):
+    held = {t: drain.drain_blocked_text(by_name[t]) for t in targets}
+    return {t: text for t, text in held.items() if text}
 
 
 def _packages(node, resource_name):
@@ -115,6 +121,8 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
             "next_wave": next_wave,
             "waves": [len(w["nodes"]) for w in waves],
             "plan": "%s: %s" % (described["waves"].get("status"), described["waves"].get("reason", "")),
+            # Drains of its nodes that PodDisruptionBudgets hold now, from the nodes' live condition.
+            "drain_blocked": _drains_held(described["targets"], by_name),
             "nodes": rows})
     for resource, reason in view["blocked"]:
         if only and name_of(resource) != only:
@@ -140,6 +148,8 @@ def render(data):
             lines.append("  paused: no node starts until `nodewright resume %s`" % r["name"])
         elif r["status"] == "disabled":
             lines.append("  disabled: skipped until `nodewright enable %s`" % r["name"])
+        for node, text in sorted(r["drain_blocked"].items()):
+            lines.append("  drain blocked: %s: %s" % (node, text))
         if r["next_wave"]:
             lines.append("  next wave: %s  (waves of %s)" % (", ".join(r["next_wave"]),
                                                              ", ".join(str(n) for n in r["waves"])))

@@ -5,6 +5,7 @@
 
     nodewright node list [--resource R] [--json]
     nodewright node status NODE [--json]
+    nodewright node update-state NODE --package P --state S ...   (recovery.py)
     nodewright package logs NODE PACKAGE [--resource R] [--stage S] [--all] [-f]
     nodewright package rerun NODE PACKAGE --stage S [--resource R]
     nodewright version
@@ -62,6 +63,9 @@ def node_detail(node, taint_key=markers.TAINT_RUNTIME_REQUIRED):
         entry["step"] = state.get("step")
         if state.get("reason"):
             entry["last_error"] = str(state["reason"])
+        notes = [n for n in state.get("recovery") or () if isinstance(n, dict)]
+        if notes:
+            entry["recovery"] = notes
         packages = []
         for name, pkg in sorted(node_state.package_entries(state).items()):
             packages.append({"name": name, "version": pkg.get("version"), "stage": pkg.get("stage"),
@@ -133,6 +137,10 @@ def render_detail(detail):
                                               (" at %s" % entry["step"]) if entry.get("step") else ""))
         if entry.get("last_error"):
             lines.append("    last error: %s" % entry["last_error"].splitlines()[0][:300])
+        for n in (entry.get("recovery") or ())[-3:]:
+            lines.append("    changed by hand %s by %s: %s %s %s -> %s%s" % (
+                n.get("at"), n.get("by"), n.get("action"), n.get("package"), n.get("from"), n.get("to"),
+                (" (%s)" % n["reason"]) if n.get("reason") else ""))
         for pkg in entry.get("packages") or ():
             lines.append("    %s %s: %s/%s%s" % (pkg["name"], pkg["version"], pkg["stage"], pkg["state"],
                                                  (" (rerun of %s asked)" % pkg["rerun"]) if pkg.get("rerun") else ""))
@@ -244,6 +252,9 @@ def cmd_package_rerun(args, cluster, out=sys.stdout):
 
 
 def cmd_node(args, cluster, out=sys.stdout):
+    if args.node_command == "update-state":
+        from nodewright_cli import recovery
+        return recovery.cmd_update_state(args, cluster, out)
     if args.node_command == "list":
         rows = node_rows(cluster.nodes(), args.resource)
         out.write(json.dumps(rows, indent=2, sort_keys=True) + "\n" if args.json else render_rows(rows))
@@ -302,6 +313,8 @@ def register(sub, env, cluster_of):
     st = nsub.add_parser("status", help="one node in detail")
     st.add_argument("node")
     st.add_argument("--json", action="store_true")
+    from nodewright_cli import recovery
+    recovery.add_update_state_parser(nsub, env)
 
     pk = sub.add_parser("package", help="a package on one node: its logs, or a stage to run again")
     psub = pk.add_subparsers(dest="package_command", required=True)

@@ -36,6 +36,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
     full_argument_spec,
     result_of,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
     STAT_BLOCKED,
@@ -47,6 +48,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.modules import maintain as maintain_module
 
@@ -471,7 +473,7 @@ class _Sequence(object):
             ignore_daemonsets=_truthy(self.opt["drain_ignore_daemonsets"]),
             disable_eviction=_truthy(self.opt["drain_disable_eviction"]),
             grace_period=self.opt["drain_grace_period"], skip_namespaces=self.opt["drain_skip_namespaces"] or [],
-            non_interruptible_selector=self.selector or None))
+            non_interruptible_selector=self.selector or None, resource=self.resource))
         self.node.read()
 
     def wait_for_protected_pods(self, step):
@@ -561,9 +563,19 @@ class _Sequence(object):
             return None
         arch = package_sources.node_architecture(self.node.node)
         packages = node_packages(self.packages, self.images, arch)
+        if any(spec.get("env_from") for spec in packages):
+            resolved = []
+            self.step("Read the packages' Secrets and ConfigMaps", lambda: self.packages_with_env(packages, resolved))
+            packages = resolved
         args = {"packages": packages, "host_root": self.host_root, "resource": self.resource, "phase": phase,
                 "prune": bool(self.action._var(self.task_vars, "packages_prune", False)),
                 "keep_logs": int(self.action._var(self.task_vars, "packages_keep_logs", 5))}
+        # What `nodewright adopt` took over from upstream NodeWright is recorded in the node's
+        # annotation only: the host's own state learns it here, so nothing of it runs again.
+        adopted = {name: entry for name, entry in (self.node.state(self.resource).get("packages") or {}).items()
+                   if isinstance(entry, dict) and entry.get("adoptedFrom")}
+        if adopted:
+            args["adopted"] = adopted
         task_vars = dict(self.task_vars, nodewright_node_architecture=arch) if arch else self.task_vars
         name = "Run the packages" if phase == "main" else "Run the packages' post-interrupt stages"
         try:
@@ -577,6 +589,23 @@ class _Sequence(object):
             # only when there are no packages to run).
             self.interrupt = result.get("interrupt") or {"type": "noop"}
         return result
+
+    def packages_with_env(self, packages, out):
+        """``env_from`` resolved into ``env`` now, on the controller, into ``out``: a
+        Secret's value reaches the steps' environment only, never the plan, a status,
+        this step's result or a log."""
+        lookup = desired_state.env_lookup_for(self.node.api)
+        try:
+            for spec in packages:
+                spec = dict(spec)
+                refs = spec.pop("env_from", None)
+                if refs:
+                    where = "spec.packages.%s.env" % spec.get("name")
+                    spec["env"] = dict(spec.get("env") or {}, **desired_state.resolve_env_from(refs, lookup, where))
+                out.append(spec)
+        except NodeWrightError as exc:
+            return {"failed": True, "changed": False, "msg": str(exc)}
+        return {"changed": False}
 
     def remember_packages(self, result):
         self.packages_result = result
@@ -606,13 +635,37 @@ class _Sequence(object):
             self.step("Wait for the node to be Ready with a new boot ID", lambda: self.module(
                 "node_wait_ready", previous_boot_id=previous, timeout=self.opt["reboot_timeout"]))
         elif kind == "service" and services:
-            self.step("Restart the services the packages asked for",
-                      lambda: self.command(["systemctl", "restart"] + list(services)))
+            self.restart("Restart the services the packages asked for", ["systemctl", "restart"] + list(services))
         elif kind == "restartAllServices":
-            self.step("Reload kernel settings and restart services (restartAllServices)",
-                      lambda: self.command(["sysctl", "--system"]))
+            self.restart("Reload kernel settings and restart services (restartAllServices)", ["sysctl", "--system"])
         if run_post:
             self.run_packages("post-interrupt")
+
+    def restart(self, name, argv):
+        """A non-reboot interrupt, restarted after a failure up to the resource's interruptRestartLimit
+        times with the stage retries' backoff (package/retries.py). The restarts are recorded in the
+        node state (``restarts``); past the limit ``restartLimitReached`` keeps later runs off the
+        node until its packages change."""
+        limits = (self.entry or {}).get("retries") or {}
+        limit = int(limits.get("restart_limit", package_retries.DEFAULT_RESTART_LIMIT))
+        backoff = float(limits.get("retry_backoff", package_retries.DEFAULT_RETRY_BACKOFF))
+        restarts = 0
+        while True:
+            label = name if not restarts else "%s (restart %d of %d)" % (name, restarts, limit)
+            try:
+                result = self.step(label, lambda: self.command(argv))
+            except StepFailed as failure:
+                if restarts >= limit:
+                    self.pending_state.update({"restarts": restarts, "restartLimitReached": True})
+                    raise StepFailed(failure.step, dict(failure.result, msg=(
+                        "%s; it failed %d time(s), its whole restart limit (interruptRestartLimit %d): the node is "
+                        "not interrupted again until its packages change or `nodewright reset %s` forgets its record"
+                        % (failure.result.get("msg") or "failed", restarts + 1, limit, self.name))))
+                restarts += 1
+                time.sleep(package_retries.backoff_delay(restarts, backoff))
+                continue
+            self.pending_state.update({"restarts": restarts or None, "restartLimitReached": None})
+            return result
 
     def command(self, argv):
         return self.skip_in_check(lambda: self.action.host_command(argv, self.host_root))
@@ -627,13 +680,14 @@ class _Sequence(object):
             self.step("Check the health gates before the node returns to work", lambda: self.module(
                 "node_health", phase="post", conditions=self.opt["health_conditions"],
                 labels=self.opt["health_labels"], validation_job=self.opt["validation_job"] or None,
+                tolerations=self.entry.get("tolerations") or [],
                 timeout=self.opt["health_timeout"]))
             if self.before_cordon != "cordoned_by_other":
                 self.step("Uncordon the node (only NodeWright's own cordon)",
                           lambda: self.module("node_cordon", state="uncordoned"))
             self.node.read()
         self.step("Mark the node complete", lambda: self.mark(
-            markers.STATUS_COMPLETE, {"step": "done", "reason": ""}, clear_error=True))
+            markers.STATUS_COMPLETE, {"step": "done", "reason": "", "restartLimitReached": None}, clear_error=True))
 
     def gate(self):
         params = {"taint_key": self.action._var(self.task_vars, "nodewright_taint_key",

@@ -46,7 +46,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner im
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED_PACKAGES = os.path.join(COLLECTION_ROOT, "packages")
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
-HOST_ONLY_PHASES = ("logs", "rerun")
+HOST_ONLY_PHASES = ("logs", "rerun", "update-state", "reset")
 display = Display()
 
 
@@ -217,6 +217,9 @@ class ActionModule(ActionBase):
         for n, spec in enumerate(specs):
             if not isinstance(spec, dict):
                 raise AnsibleError("packages[%d] must be a mapping" % n)
+            if spec.get("env_from"):
+                raise AnsibleError("packages[%d].env_from: Secret and ConfigMap references are read by "
+                                   "nodewright.fleet.maintain; give this module env values" % n)
             check_config_keys(spec.get("config"), "packages[%d].config" % n if as_list else "config")
             path = self.resolve_source(spec, n)
             package = load_package(path) if path else None

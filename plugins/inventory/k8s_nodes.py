@@ -17,7 +17,8 @@ description:
   - Lists the Node objects of a Kubernetes cluster and makes each node a host named after the node.
   - Nodes are chosen by label selector (the full set-based syntax of C(kubectl -l)), by field selector,
     or as exactly the nodes that one C(NodeWright) resource selects (minus nodes labelled
-    C(nodewright.io/ignore=true)).
+    C(nodewright.io/ignore=true), or upstream NodeWright's C(nodewright.nvidia.com/ignore=true) or
+    C(skyhook.nvidia.com/ignore=true)).
   - All facts of a node are in one host variable, a dictionary named by O(host_var) (default C(k8s_node)),
     with labels, annotations, taints, readiness and conditions, node info, capacity, addresses, zone, pool,
     GPU facts derived from GPU Feature Discovery labels and the NodeWright state per resource.

@@ -12,7 +12,10 @@ version_added: "0.1.0"
 description:
   - Reads C(NodeWright) resources (one by O(name), or all, in priority order) and the C(DeploymentPolicy)
     resources they name, from the cluster or from O(resources) (for example files kept in Git).
-    Skyhook's C(skyhook.nvidia.com/v1alpha1) C(Skyhook) and C(DeploymentPolicy) objects are converted.
+    Upstream's C(skyhook.nvidia.com/v1alpha1) C(Skyhook), C(nodewright.nvidia.com/v1alpha1) C(NodeWright) and
+    their C(DeploymentPolicy) objects are converted as upstream takes them; a field that only concerns
+    upstream's package pods (C(resources), C(gracefulShutdown), C(agentImageOverride)) and an image tag that
+    the version replaces are each a warning, in the task's warnings and the rollout's C(conversion_warnings).
   - Validates each resource with the same rules as the CRDs, loads and validates each package from its
     source, and plans every targeted node from its recorded state - apply, upgrade, downgrade, config,
     uninstall or nothing, and the merged interrupt.
@@ -41,10 +44,11 @@ options:
     default: true
   skyhook_drop:
     description:
-      - Fields of Skyhook objects in O(resources) that have no NodeWright equivalent and may be left out
+      - Fields of upstream objects in O(resources) that have no NodeWright equivalent and may be left out
         in the conversion, as shell-style patterns over field paths (for example
-        V(spec.packages.*.resources), V(spec.drainConfig)). Each field left out is named in the notes of
-        the conversion; any other such field blocks the resource, naming it.
+        V(spec.packages.*.valueFrom.fieldRef)). Each field left out is named in the notes of the conversion;
+        any other such field blocks the resource, naming it. A field of upstream's package pods named here is
+        left out without a warning.
       - The playbooks take it from the variable C(nodewright_skyhook_drop).
     type: list
     elements: str
@@ -92,6 +96,9 @@ rollouts:
     protected: {description: "Nodes with work on which non-interruptible pods (C(podNonInterruptLabels)) run now:
       node -> C(namespace/name) of each; a run waits for them there, and past its wait leaves the node
       blocked.", type: dict}
+    conversion_warnings: {description: "For a resource converted from an upstream object in O(resources) (and
+      its DeploymentPolicy): the fields left out because they have no meaning here and the image tags
+      replaced by the version, one line each naming the field; empty otherwise.", type: list}
 waves:
   description: The waves a rollout of every resource would make if every node succeeded, C(nodes) mapping each
     node to its resource; the waves C(rollout.yml) then makes.
@@ -133,11 +140,12 @@ def _inline_name(obj, n):
     return name if isinstance(name, str) and name else "resources[%d]" % n
 
 
-def _normalise_inputs(objects, drop=()):
+def _normalise_inputs(objects, drop=(), warnings=None):
     """``(nodewrights, policies, blocked)`` from the inline objects. A NodeWright or Skyhook
     object that cannot be converted is blocked (with every problem it has); anything else
     that is wrong - not an object, another kind, a bad DeploymentPolicy, a name given twice -
-    fails the task, every such problem named."""
+    fails the task, every such problem named. ``warnings`` (a dict, when given) gets each
+    converted object's conversion warnings under ``(kind, name)``."""
     nodewrights, policies, blocked = [], {}, []
     problems = Problems()
     seen = {}
@@ -149,7 +157,10 @@ def _normalise_inputs(objects, drop=()):
             continue
         if str(obj.get("apiVersion", "")).startswith(("skyhook.nvidia.com/", "nodewright.nvidia.com/")):
             try:
-                obj = convert(obj, drop=drop, drop_hint=SKYHOOK_DROP_HINT).resource
+                converted = convert(obj, drop=drop, drop_hint=SKYHOOK_DROP_HINT)
+                obj = converted.resource
+                if warnings is not None and converted.warnings:
+                    warnings[obj["kind"], _inline_name(obj, n)] = converted.warnings
             except ValidationError as exc:
                 if obj.get("kind") == "DeploymentPolicy":
                     problems.add(ValidationError("Skyhook DeploymentPolicy %s: %s" % (_inline_name(obj, n), exc),
@@ -201,8 +212,9 @@ def run(module):
         nodes.extend(page)
     from_cluster = p["resources"] is None
     blocked = []
+    converted = {}
     if not from_cluster:
-        nodewrights, policies, blocked = _normalise_inputs(p["resources"], p["skyhook_drop"])
+        nodewrights, policies, blocked = _normalise_inputs(p["resources"], p["skyhook_drop"], converted)
     else:
         nodewrights = nodewright_api.list_all(api, nodewright_api.NODEWRIGHTS)
         policies = {o["metadata"]["name"]: o for o in nodewright_api.list_all(api, nodewright_api.DEPLOYMENT_POLICIES)}
@@ -214,16 +226,26 @@ def run(module):
         blocked = [b for b in blocked if b["name"] == p["name"]]
     holders, now, warning = _reservations(api)
     described = desired_state.describe_all(nodewrights, nodes, policies, p["package_dirs"], only=p["name"],
-                                           holders=holders, now=now)
+                                           holders=holders, now=now,
+                                           env_lookup=desired_state.env_lookup_for(api))
     for entry in described["rollouts"]:
         entry["from_cluster"] = from_cluster
+        entry["conversion_warnings"] = converted.get(("NodeWright", entry["name"]), [])
+        if entry.get("policy_name"):
+            entry["conversion_warnings"] = entry["conversion_warnings"] + [
+                "DeploymentPolicy %s: %s" % (entry["policy_name"], w)
+                for w in converted.get(("DeploymentPolicy", entry["policy_name"]), [])]
     _protected_pods(api, described["rollouts"])
     blocked = blocked + described["blocked"]
     result = {"changed": False, "rollouts": described["rollouts"], "blocked": blocked,
               "waves": described["waves"], "conflicts": described["conflicts"],
               "status": described["status"], "reason": described["reason"]}
-    if warning:
-        result["warnings"] = [warning]
+    # Upstream fields without meaning here, image tags replaced: Ansible prints each.
+    result["warnings"] = ([warning] if warning else []) + [
+        "%s %s (converted from upstream): %s" % (kind, name, w) for (kind, name), ws in sorted(converted.items())
+        for w in ws]
+    if not result["warnings"]:
+        del result["warnings"]
     if blocked and p["fail_on_blocked"]:
         result["failed"] = True
         result["msg"] = "cannot roll out: " + "; ".join("%s: %s" % (b["name"], b["reason"]) for b in blocked)

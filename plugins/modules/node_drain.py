@@ -78,6 +78,13 @@ options:
     description: How many evictions are in flight at once.
     type: int
     default: 32
+  resource:
+    description:
+      - The NodeWright resource the drain is for. While PodDisruptionBudgets refuse the evictions, its
+        C(DrainBlocked) condition is C(True) with one line for this node (the node's name, then the budgets, the
+        pods they hold and since when), beside the lines of its other nodes; the line goes when the evictions go through or the drain ends,
+        and the condition turns C(False) when no line is left.
+    type: str
 extends_documentation_fragment:
   - nodewright.fleet.attributes
   - nodewright.fleet.node
@@ -200,7 +207,8 @@ def run(module):
             result["would_delete"] = plan[drain.DELETE]
             result["changed"] = result["changed"] or bool(plan[drain.EVICT] or plan[drain.DELETE])
             return result
-        outcome = drain.Drainer(core, node, opts, showing_blocked=drain.drain_blocked_showing(current)).run(plan)
+        outcome = drain.Drainer(core, node, opts, showing_blocked=drain.drain_blocked_showing(current),
+                                resource=p["resource"]).run(plan)
         result.update(outcome)
         # An accepted eviction changed the cluster, whether or not the pod is gone yet.
         result["changed"] = bool(result["changed"] or outcome["evicted"] or outcome["accepted"])
@@ -227,6 +235,7 @@ ARGUMENT_SPEC = dict(
     non_interruptible_selector=dict(type="raw"),
     disable_eviction=dict(type="bool", default=False),
     max_parallel=dict(type="int", default=32),
+    resource=dict(type="str"),
 )
 
 

@@ -54,6 +54,13 @@ options:
         30 characters), C(template) (a pod template) and C(backoff_limit). The module pins it to the node and
         tolerates the cordon. Creating it is a change - the result says C(changed=true).
     type: dict
+  tolerations:
+    description:
+      - Tolerations added to the pods of O(validation_job), for a node with taints of its own (a NodeWright
+        resource's C(additionalTolerations)).
+    type: list
+    elements: dict
+    default: []
   timeout:
     description: Seconds to wait for the gates to pass (conditions may take a moment after a reboot).
     type: int
@@ -161,7 +168,8 @@ def run(module):
                               hint="the node stays cordoned for triage", result=result)
     if p["phase"] == "post" and p["validation_job"] and not module.check_mode:
         remaining = max(1, int(deadline - time.monotonic()))
-        job = node_waits.run_validation_job(api, name, p["validation_job"], remaining)
+        job = node_waits.run_validation_job(api, name, p["validation_job"], remaining,
+                                            tolerations=p["tolerations"] or ())
         result["validation_job"] = job
         result["changed"] = True  # a Job was created in the cluster
         if not job["succeeded"]:
@@ -180,6 +188,7 @@ ARGUMENT_SPEC = dict(
         required=dict(type="bool", default=False))),
     labels=dict(type="dict", default={}),
     validation_job=dict(type="dict"),
+    tolerations=dict(type="list", elements="dict", default=[]),
     timeout=dict(type="int", default=300),
 )
 

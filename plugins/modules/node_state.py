@@ -47,6 +47,14 @@ options:
     description: Remove O(resource)'s status label and state annotation.
     type: bool
     default: false
+  keep:
+    description:
+      - With O(clear), packages whose entries stay in the state annotation (packages still on the node, such
+        as those a deleted resource does not uninstall); the annotation goes only when none of them is recorded.
+    type: list
+    elements: str
+    default: []
+    version_added: "0.2.0"
 extends_documentation_fragment:
   - nodewright.fleet.attributes
   - nodewright.fleet.node
@@ -199,7 +207,7 @@ def run(module):
     result = {"changed": False}
     with carry_result(result):
         if p["clear"]:
-            patch = node_ops.clear_marks_patch(node, resource)
+            patch = node_ops.clear_marks_patch(node, resource, keep=p["keep"])
         else:
             patch = node_ops.state_patch(node, resource, status=p["status"], state=p["state"]) \
                 if (p["status"] or p["state"]) else None
@@ -237,6 +245,7 @@ ARGUMENT_SPEC = dict(
     error=dict(type="raw"),
     event=dict(type="dict"),
     clear=dict(type="bool", default=False),
+    keep=dict(type="list", elements="str", default=[]),
 )
 
 

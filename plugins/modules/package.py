@@ -54,6 +54,7 @@ options:
     description:
       - The version the package must have. With O(src) it is checked against the
         manifest; with O(state=absent) and no O(src) it names the installed version.
+        With O(phase=update-state) or O(phase=reset), the version the host must record.
     type: str
   config:
     description:
@@ -95,11 +96,36 @@ options:
         A NodeWright resource's C(reapplyOnReboot) sets it.
     type: bool
     default: false
+  stage_retries:
+    description:
+      - How many times a failed stage (its steps or its check, a stage timeout included) runs
+        again in the same run before the package is erroring; 0 to 10, default 0 (a NodeWright
+        resource's C(stageRetries) defaults to 3). The attempts
+        are recorded in the node state (C(attempts)); a package erroring at a stage whose
+        attempts used up the budget is planned C(exhausted) and not run again until its
+        version or config changes, or C(phase=rerun) asks for it.
+      - A NodeWright resource's C(stageRetries) sets it.
+    type: int
+  retry_backoff:
+    description:
+      - Pause before the first retry of a stage, in seconds or as a duration; it doubles
+        for each further retry, up to 5 minutes. Default 1 second.
+      - A NodeWright resource's C(stageRetryBackoff) sets it.
+    type: raw
+  refuse_downgrade:
+    description:
+      - Refuse a version older than the one the node records (planned C(downgrade-refused);
+        nothing runs) - the package must be uninstalled first. A NodeWright resource sets it
+        for the packages with C(uninstall.enabled). Without it a downgrade runs the
+        installed version's C(uninstall), then the C(apply) of the wanted one.
+    type: bool
+    default: false
   packages:
     description:
       - Several packages at once, each a mapping with the keys O(name), O(src),
         O(version), O(config), O(env), O(interrupt), O(config_interrupts),
-        O(depends_on), O(state), O(stage_timeout) and O(reapply_on_reboot). They run in C(dependsOn) order;
+        O(depends_on), O(state), O(stage_timeout), O(reapply_on_reboot), O(stage_retries), O(retry_backoff)
+        and O(refuse_downgrade). They run in C(dependsOn) order;
         the result has one merged interrupt.
       - Mutually exclusive with O(name) and O(src).
     type: list
@@ -122,6 +148,12 @@ options:
         C(nodewright.io/state-<resource>) as JSON text or a mapping, or one package's entry.
       - Omitted, the state the host keeps for O(resource) is used.
     type: raw
+  adopted:
+    description:
+      - Package entries (name to entry, as in the node state) that C(nodewright adopt) recorded
+        complete from upstream NodeWright's node state. Each one the recorded state does not
+        hold is taken as recorded, so that it is not applied again.
+    type: dict
   prune:
     description: Uninstall packages recorded on the node that are not among the desired packages.
     type: bool
@@ -139,14 +171,26 @@ options:
         step running now, changing nothing - C(nodewright package logs).
       - V(rerun) marks stage O(stage) of package O(name) to run again, finished steps included,
         in the state the host keeps; the next O(phase=main) run does it (C(nodewright package rerun)).
+      - V(update-state) sets package O(name) to O(package_state) at O(stage) (default the stage
+        recorded) in the state the host keeps, for recovery (C(nodewright node update-state)). With
+        O(version), the recorded version must be that one.
+      - V(reset) forgets package O(name) in the state the host keeps, with its finished steps, so
+        that the next O(phase=main) run applies it from the start (C(nodewright reset NODE --package)).
+      - V(update-state) and V(reset) are refused while a package run holds the host.
     type: str
-    choices: [main, post-interrupt, check, logs, rerun]
+    choices: [main, post-interrupt, check, logs, rerun, update-state, reset]
     default: main
   stage:
     description:
       - With O(phase=logs), only the logs of this stage (C(apply), C(apply-check), ...).
       - With O(phase=rerun), the stage to run again - C(apply), C(config), C(upgrade) or C(post-interrupt).
+      - With O(phase=update-state), the stage to set - C(apply), C(config), C(upgrade), C(uninstall) or
+        C(post-interrupt).
     type: str
+  package_state:
+    description: With O(phase=update-state), the state to set.
+    type: str
+    choices: [complete, in_progress, erroring]
   log_offsets:
     description: With O(phase=logs), log path to the bytes already read (to follow a running step).
     type: dict
@@ -238,7 +282,8 @@ plan:
   description:
     - What the planner decided, in execution order. Each package has C(name),
       C(action) (apply, upgrade, downgrade, reinstall, config, resume, uninstall,
-      interrupt, post-interrupt, none), C(version), C(from_version), C(stages),
+      interrupt, post-interrupt, none; exhausted and downgrade-refused run nothing and
+      fail the task with the reason), C(version), C(from_version), C(stages),
       C(interrupt), C(post_interrupt), C(changed_keys), C(depends_on) and C(reason).
   returned: always
   type: dict
@@ -269,10 +314,16 @@ results:
   description:
     - Per package, the stages run and per step C(stage), C(step), C(ok), C(skipped),
       C(exit_code), C(stdout_tail), C(stderr_tail), C(duration_s) and C(log) (the
-      log file on the host, as the module saw it). Empty in check mode.
+      log file on the host, as the module saw it), and C(retries) - each failed attempt
+      that was retried (C(stage), C(attempt), C(error), C(log), C(retry_in_s)). Empty in
+      check mode.
   returned: always
   type: list
   elements: dict
+before:
+  description: With O(phase=update-state) or O(phase=reset), the state the host kept before the change.
+  returned: when O(phase=update-state) or O(phase=reset)
+  type: dict
 state:
   description:
     - The node's package state after the run, for the node annotation
@@ -383,6 +434,7 @@ PACKAGE_SPEC = dict(
     env=dict(type="dict"), interrupt=dict(type="dict"), config_interrupts=dict(type="dict"),
     depends_on=dict(type="dict"), state=dict(type="str", choices=["present", "absent"], default="present"),
     stage_timeout=dict(type="raw"), reapply_on_reboot=dict(type="bool", default=False),
+    stage_retries=dict(type="int"), retry_backoff=dict(type="raw"), refuse_downgrade=dict(type="bool", default=False),
 )
 ARGUMENT_SPEC = dict(
     PACKAGE_SPEC,
@@ -390,9 +442,12 @@ ARGUMENT_SPEC = dict(
     host_root=dict(type="path", default="/"),
     resource=dict(type="str", default="default"),
     recorded_state=dict(type="raw"),
+    adopted=dict(type="dict"),
     prune=dict(type="bool", default=False),
-    phase=dict(type="str", choices=["main", "post-interrupt", "check", "logs", "rerun"], default="main"),
+    phase=dict(type="str", choices=["main", "post-interrupt", "check", "logs", "rerun", "update-state", "reset"],
+               default="main"),
     stage=dict(type="str"),
+    package_state=dict(type="str", choices=["complete", "in_progress", "erroring"]),
     log_offsets=dict(type="dict", default={}),
     all_logs=dict(type="bool", default=False),
     keep_logs=dict(type="int", default=5),
@@ -410,7 +465,7 @@ def run(p, check_mode):
         specs = [{k: p[k] for k in PACKAGE_SPEC_KEYS if p[k] is not None}]
     elif p["phase"] in ("post-interrupt", "check"):
         specs = []
-    elif p["phase"] in ("logs", "rerun"):
+    elif p["phase"] in ("logs", "rerun", "update-state", "reset"):
         specs = []
         if not p["name"]:
             return dict(failed=True, msg="phase %s needs the package's name" % p["phase"])
@@ -454,6 +509,27 @@ def run(p, check_mode):
                     msg="%s: stage %s runs again at the next rollout (finished steps included)"
                         % (p["name"], p["stage"]))
 
+    if p["phase"] in ("update-state", "reset"):
+        if p["phase"] == "update-state" and not p["package_state"]:
+            return dict(failed=True, msg="phase update-state needs package_state (complete, in_progress or erroring)")
+        try:
+            if check_mode:
+                before = after = triage.recorded(p["host_root"], p["resource"])
+            elif p["phase"] == "reset":
+                before, after = triage.reset_on_host(p["host_root"], p["resource"], p["name"], p["version"])
+            else:
+                before, after = triage.update_state_on_host(p["host_root"], p["resource"], p["name"], p["stage"],
+                                                            p["package_state"], p["version"])
+        except NodeWrightError as exc:
+            return dict(failed=True, msg=str(exc))
+        except OSError as exc:
+            return dict(failed=True, msg="writing the state on host root %s failed: %s" % (p["host_root"], exc))
+        return dict(changed=not check_mode and before != after, state=after, before=before,
+                    annotation=annotation(after),
+                    msg="%s: %s" % (p["name"], "forgotten; the next rollout applies it from the start"
+                                    if p["phase"] == "reset" else "set to %s/%s" % (
+                                        after["packages"][p["name"]]["stage"], p["package_state"])))
+
     if p["phase"] == "check":
         try:
             found = check_packages(host_root=p["host_root"], resource=p["resource"],
@@ -478,7 +554,8 @@ def run(p, check_mode):
             done = run_packages(specs, host_root=p["host_root"], resource=p["resource"],
                                 recorded_state=p["recorded_state"], prune=p["prune"], phase=p["phase"],
                                 check_mode=check_mode, keep_logs=p["keep_logs"],
-                                stage_timeout=p["stage_timeout"] if p["packages"] is not None else None)
+                                stage_timeout=p["stage_timeout"] if p["packages"] is not None else None,
+                                adopted=p["adopted"])
         except StepFailed as exc:
             state = getattr(exc, "state", None) or {"packages": {}, "status": "erroring"}
             package_results = getattr(exc, "package_results", None) or []

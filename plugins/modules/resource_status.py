@@ -49,6 +49,15 @@ options:
     type: list
     elements: str
     default: []
+  refused:
+    description:
+      - Targets left alone although they differ from the spec, each C({node, kind, message}) as
+        C(nodewright.fleet.desired_state) reports them (C(kind) C(downgrade-refused), C(exhausted) or
+        C(restart-limit)). A refused downgrade makes the node and the resource C(blocked); each kind
+        sets its condition (C(DowngradeRefused), C(RetryLimitReached)) with the message.
+    type: list
+    elements: dict
+    default: []
 extends_documentation_fragment:
   - nodewright.fleet.attributes
   - nodewright.fleet.k8s_auth
@@ -92,7 +101,7 @@ def run(module):
     nodes = [n for page in list_pages(api, "/api/v1/nodes", "list nodes") for n in page]
     status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
                             message=p["status_message"], generation=p["generation"], extra=p["extra"],
-                            current=current.get("status"), pending=p["pending"])
+                            current=current.get("status"), pending=p["pending"], refused=p["refused"])
     old = current.get("status") or {}
     comparable = {k: v for k, v in status.items() if k != "conditions"}
     changed = any(old.get(k) != v for k, v in comparable.items() if v is not None) or \
@@ -117,6 +126,7 @@ ARGUMENT_SPEC = dict(
     generation=dict(type="int"),
     extra=dict(type="dict"),
     pending=dict(type="list", elements="str", default=[]),
+    refused=dict(type="list", elements="dict", default=[]),
 )
 
 

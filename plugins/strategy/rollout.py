@@ -64,8 +64,10 @@ notes:
     90); C(nodewright_rollout_capacity_timeout) (seconds to wait while other runs hold the capacity, default
     3600); C(nodewright_rollout_lock_namespace) (default C(kube-system), or C(NODEWRIGHT_LOCK_NAMESPACE));
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
-    one; false: end the play and say when it opens); C(nodewright_rollout_k8s_auth) (a mapping of the
-    C(nodewright.fleet.k8s_auth) options, for the policy and Node reads); C(nodewright_rollout_workers)
+    one; false: end the play and say when it opens); C(nodewright_rollout_alert_gate) (an C(alertGate)
+    mapping that replaces every policy's for this run, see docs/deployment-policy.md);
+    C(nodewright_rollout_k8s_auth) (a mapping of the C(nodewright.fleet.k8s_auth) options, for the policy and
+    Node reads); C(nodewright_rollout_workers)
     (C(processes), the default, forks a worker for every task, as the linear strategy does; C(threads) runs each
     node's M(nodewright.fleet.maintain) task in a thread of the controller when it has no loop, async, timeout,
     delegate_to or debugger and uses the local or ssh connection)."
@@ -147,6 +149,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     FACT,
     OUTCOME_FACT,
     VAR_ADMISSION,
+    VAR_ALERT_GATE,
     VAR_CAPACITY_TIMEOUT,
     VAR_DESIRED,
     VAR_DRIVER,
@@ -355,7 +358,7 @@ class StrategyModule(LinearStrategyModule):
         templar = Templar(loader=self._loader, variables=variables)
         wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER, VAR_STATE_RESOURCE,
                   VAR_DESIRED, VAR_ADMISSION, VAR_RESERVATION_TTL, VAR_CAPACITY_TIMEOUT, VAR_LOCK_NAMESPACE,
-                  VAR_WORKERS)
+                  VAR_WORKERS, VAR_ALERT_GATE)
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
@@ -515,6 +518,7 @@ class StrategyModule(LinearStrategyModule):
                 say=StrategyHooks._display)
             return resources, records, keepers, None
         policy, source = load_policy(settings)
+        policy = policy.with_alert_gate(settings.alert_gate)
         nodes = collect_nodes(names, self._host_variables, settings.k8s_auth)
         name = settings.state_resource or play.get_name() or "rollout"
         state, keeper, note = RolloutState(policy), None, None

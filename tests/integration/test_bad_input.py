@@ -409,10 +409,15 @@ def test_plan_prints_the_plan_then_fails_on_a_blocked_resource_naming_every_prob
                     "packages": {"sysctl": {"version": "1.0.0", "dependsOn": {"kdump": "1.0.0", "none": "2.0.0"}}}}}
     skyhook = {"apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook", "metadata": {"name": "plan-sky"},
                "spec": {"nodeSelectors": {"matchLabels": {"x": "y"}}, "drainConfig": {"timeout": "1m"},
-                        "packages": {"sysctl": {"version": "1.0.0", "resources": {"cpuRequest": "1"},
-                                                "gracefulShutdown": "30s"}}}}
+                        "packages": {"sysctl": {"version": "1.0.0", "bogus": {"cpuRequest": "1"}, "env": [
+                            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}}}}
+    # Fields of upstream's package pods and a tag the version replaces: accepted, one warning each.
+    warned = {"apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright", "metadata": {"name": "plan-warn"},
+              "spec": {"nodeSelectors": {"matchLabels": {"x": "y"}},
+                       "packages": {"sysctl": {"version": "1.0", "resources": {"cpuRequest": "1"},
+                                               "gracefulShutdown": "30s"}}}}
     extra = tmp_path / "resources.json"
-    extra.write_text(json.dumps({"nodewright_resources": [good, bad, skyhook]}))
+    extra.write_text(json.dumps({"nodewright_resources": [good, bad, skyhook, warned]}))
     before = snapshot(sim, [n1, n2])
     proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", "plan.yml"),
                            "-e", "@%s" % extra], capture_output=True, text=True, env=sim.env(), cwd=str(tmp_path),
@@ -425,10 +430,15 @@ def test_plan_prints_the_plan_then_fails_on_a_blocked_resource_naming_every_prob
                  "spec.runtimeRequired: must be true or false",
                  "spec.packages.sysctl.dependsOn.kdump: depends on package 'kdump'",
                  "spec.packages.sysctl.dependsOn.none: depends on package 'none'",
-                 "spec.packages.sysctl.resources: has no NodeWright equivalent",
-                 "spec.packages.sysctl.gracefulShutdown: has no NodeWright equivalent",
-                 "name it in the option skyhook_drop"):
+                 "spec.packages.sysctl.bogus: has no NodeWright equivalent",
+                 "spec.packages.sysctl.env[0].valueFrom.fieldRef: has no NodeWright equivalent",
+                 "name it in the option skyhook_drop",
+                 "NodeWright plan-warn (priority 200)",
+                 "warning: spec.packages.sysctl.resources is ignored: NodeWright runs package steps on the host",
+                 "warning: spec.packages.sysctl.gracefulShutdown is ignored"):
         assert text in out, text
+    warnings = " ".join((out + proc.stderr).split())   # Ansible wraps its [WARNING] lines
+    assert "NodeWright plan-warn (converted from upstream): spec.packages.sysctl.gracefulShutdown is ignored" in warnings
     assert "2 NodeWright resource(s) cannot be rolled out: plan-sky: 2 problems" in out
     assert "; plan-bad: 4 problems: (1) spec.packages.sysctl.dependsOn.kdump" in out
     # The API server refuses the same priority.
@@ -453,6 +463,7 @@ def test_skyhook_drop_named_in_the_hint_is_a_real_option(sim, crds, nodes, tmp_p
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "NodeWright drop-sky (priority 200)" in proc.stdout
+    assert "is ignored" not in proc.stdout + proc.stderr   # named in the drop: left out knowingly
 
 
 # --------------------------------------------------------------------------- status that tells the truth

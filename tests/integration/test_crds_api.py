@@ -134,21 +134,31 @@ def test_api_server_rejects_bad_deployment_policies(crds, mutate, expected):
 
 
 @pytest.mark.parametrize("mutate, expected", [
-    (lambda s: s["packages"]["tuning"].update(version="v1.2"), "spec.packages.tuning.version"),
-    (lambda s: s["packages"]["tuning"].update(version="1.2"), "spec.packages.tuning.version"),
+    (lambda s: s["packages"]["tuning"].update(version="1.2.3.4"), "spec.packages.tuning.version"),
+    (lambda s: s["packages"]["tuning"].update(version="1.2-rc.1"), "spec.packages.tuning.version"),
     (lambda s: s.update(interruptionBudget={"percent": 10}), "set interruptionBudget or deploymentPolicy, not both"),
     (lambda s: (s.pop("deploymentPolicy"), s.update(interruptionBudget={"percent": 0})),
      "greater than or equal to 1"),
     (lambda s: s.update(priority=0), "greater than or equal to 1"),
     (lambda s: s["packages"]["tuning"].update(interrupt={"type": "service"}), "interrupt type service needs services"),
     (lambda s: s["packages"].update(Bad_Name={"version": "1.0.0"}), "package names must match"),
-], ids=["semver-leading-v", "semver-two-parts", "budget-with-policy", "budget-percent-0", "priority-0",
+], ids=["semver-four-parts", "semver-short-with-prerelease", "budget-with-policy", "budget-percent-0", "priority-0",
         "service-without-services", "bad-package-name"])
 def test_api_server_rejects_bad_nodewrights(crds, mutate, expected):
     spec = copy.deepcopy(GOOD_NODEWRIGHT)
     mutate(spec)
     message = rejected(lambda body: create_nodewright(crds, body), nodewright(spec))
     assert expected in message
+
+
+@pytest.mark.parametrize("version", ["1.2", "3", "v1.2.3"])
+def test_api_server_takes_versions_as_upstream_writes_them(crds, version):
+    spec = copy.deepcopy(GOOD_NODEWRIGHT)
+    spec["nodeSelectors"] = {"matchLabels": {"crd-test": "selects-no-node"}}
+    spec["packages"]["tuning"]["version"] = version
+    spec["packages"]["base"] = {"version": "2.1", "dependsOn": {"tuning": version}}
+    created = crds.create_cluster_custom_object(GROUP, VERSION, "nodewrights", nodewright(spec), dry_run="All")
+    assert created["spec"]["packages"]["tuning"]["version"] == version   # kept as written
 
 
 PARITY = {"drainConfig": {"timeout": "20m", "gracePeriod": "60s", "deleteEmptyDirData": True, "force": False,

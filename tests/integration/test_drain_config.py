@@ -16,8 +16,9 @@ rollouts cover the fields:
   by a PodDisruptionBudget ends at the resource's timeout, naming the budget, with a
   plain eviction beside it for contrast.
 
-A fourth rollout watches the node's live nodewright.io/DrainBlocked condition while a
-PodDisruptionBudget holds its drain, and after the budget lets go.
+A fourth rollout watches the node's live nodewright.io/DrainBlocked condition, the
+resource's DrainBlocked condition and ``nodewright status`` while a PodDisruptionBudget
+holds its drain, and after the budget lets go.
 
 A watch on the test namespace records every state of each pod; the first state with a
 deletion time says how the pod was asked to go: the grace period its deletion gave it,
@@ -28,6 +29,9 @@ EvictionByEvictionAPI) or it was deleted directly.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -174,6 +178,13 @@ class DrainFleet(object):
     def condition(self, node, ctype):
         for cond in self.sim.core.read_node(node).status.conditions or []:
             if cond.type == ctype:
+                return cond
+        return None
+
+    def resource_condition(self, res, ctype, status="True"):
+        """The resource's condition ``ctype`` when its status is ``status``, else None."""
+        for cond in (self.fleet.resource(res).get("status") or {}).get("conditions") or []:
+            if cond.get("type") == ctype and cond.get("status") == status:
                 return cond
         return None
 
@@ -342,6 +353,18 @@ def test_a_drain_a_pdb_holds_shows_drain_blocked_on_the_node_until_it_proceeds(d
         assert cond.message == "drain of node %s is waiting: PodDisruptionBudget %s/gated refuses to evict %s/%s " \
                                "since %s" % (node, f.ns, f.ns, gated.metadata.name, since)
         assert f.status(node, res) == "in_progress"
+        # The resource says it too, one line per node whose drain is held.
+        line = "%s: PodDisruptionBudget %s/gated refuses to evict %s/%s since %s" % (
+            node, f.ns, f.ns, gated.metadata.name, since)
+        held = wait_for(lambda: f.resource_condition(res, "DrainBlocked"), what="DrainBlocked on %s" % res)
+        assert (held["status"], held["reason"], held["message"]) == ("True", "EvictionRefused", line)
+        # nodewright status shows it, on the resource and on the node's row.
+        shown = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nodewright"), "status", res],
+                               capture_output=True, text=True, env=f.sim.env())
+        assert shown.returncode == 0, shown.stderr
+        assert "  drain blocked: %s" % line in shown.stdout.splitlines(), shown.stdout
+        row = [r for r in shown.stdout.splitlines() if r.startswith("  %s " % node)]
+        assert row and "DrainBlocked: drain of node %s is waiting" % node in row[0], shown.stdout
         # The budget goes: the next retry of the eviction goes through.
         f.sim.policy.delete_namespaced_pod_disruption_budget("gated", f.ns)
         run = f.fleet.finished(run)
@@ -355,3 +378,6 @@ def test_a_drain_a_pdb_holds_shows_drain_blocked_on_the_node_until_it_proceeds(d
     assert (cond.status, cond.reason) == ("False", "EvictionsAccepted")
     assert node in cond.message
     assert f.watch.removal(gated.metadata.uid) == {"grace": OWN_GRACE, "evicted": True}
+    cond = f.resource_condition(res, "DrainBlocked", status="False")
+    assert (cond["reason"], cond["message"]) == (
+        "EvictionsAccepted", "no drain of a node of this resource is held by a PodDisruptionBudget")

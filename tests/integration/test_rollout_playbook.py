@@ -132,18 +132,19 @@ def test_a_halt_is_remembered_until_the_batch_state_is_reset_or_the_resource_cha
         if node != canary:
             assert "nodewright.io/status-%s" % res not in fleet.node_labels(node)
 
-    # reset-batches: the rollout starts again from its first batch (one node, which fails again).
+    # reset-batches: the rollout starts again from its first batch (one node, which fails). The
+    # canary spent its stage's retry budget: it is left alone (stageRetries), the batch takes another.
     cli = os.path.join(os.path.dirname(sys.executable), "nodewright")
     out = subprocess.run([cli, "reset-batches", res], capture_output=True, text=True, env=sim.env())
     assert out.returncode == 0 and "batch state removed" in out.stdout, out.stdout + out.stderr
     assert "rolloutState" not in fleet.resource(res)["status"]
     retry = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
-    assert retry.returncode != 0 and len(hosts(retry)) == 1
-    # The status of the resumed halt still names the failed node and the real progress.
+    assert retry.returncode != 0 and len(hosts(retry)) == 1 and hosts(retry) != [canary]
+    # The status of the resumed halt still names the failed nodes and the real progress.
     status = fleet.resource(res)["status"]
     comp = status["compartmentStatuses"]["__default__"]
-    assert comp["batchState"]["failedNodes"] >= 1 and comp["progressPercent"] == 33
-    assert status["status"] == "halted" and status["nodesErroring"] == 1
+    assert comp["batchState"]["failedNodes"] >= 1 and comp["progressPercent"] == 66
+    assert status["status"] == "halted" and status["nodesErroring"] == 2
     assert status["nodeStatus"][canary] == "erroring"
 
     # Fixing the config changes the spec: a new rollout, from the first batch, to the end.

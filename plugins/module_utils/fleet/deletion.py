@@ -16,22 +16,33 @@ An uninstall that fails leaves the resource there, with the reason in its status
 reconciler's retry interval; it never holds anything else up. The annotation
 ``nodewright.io/skip-uninstall: "true"`` lets the resource go without it (its
 packages stay on the nodes), and a node that no longer exists is not waited for.
+
+A paused or disabled resource runs nothing, its uninstall included: deleting it while
+an uninstall is pending keeps it (condition ``DeletionBlocked``, reason
+``PausedOrDisabled``, and a Warning Event) until it is resumed or enabled, as
+upstream NodeWright does - letting it go would lose the record of the packages still
+on its nodes.
 """
 
 from __future__ import annotations
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import is_disabled, is_paused
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import CONDITION_UNINSTALL_IN_PROGRESS
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
 FINALIZER = markers.PREFIX + "/uninstall"
 ANNOTATION_SKIP_UNINSTALL = markers.PREFIX + "/skip-uninstall"
 CONDITION_DELETING = "Deleting"
+CONDITION_DELETION_BLOCKED = "DeletionBlocked"
+REASON_PAUSED_OR_DISABLED = "PausedOrDisabled"
 
 NONE = "none"                      # not being deleted, or nothing to do
 ADD_FINALIZER = "add-finalizer"
 REMOVE_FINALIZER = "remove-finalizer"
 UNINSTALL = "uninstall"
 BLOCKED = "blocked"                # cannot uninstall (an invalid resource): says why, keeps the finalizer
+DELETION_BLOCKED = "deletion-blocked"  # paused or disabled: the uninstall waits, the finalizer stays
 
 
 def _meta(resource):
@@ -46,11 +57,24 @@ def has_finalizer(resource):
     return FINALIZER in (_meta(resource).get("finalizers") or [])
 
 
+def kept_packages(resource):
+    """Names of the packages whose ``uninstall.enabled`` is not true: deleting the
+    resource leaves them on the nodes, and their node-state entries with them."""
+    packages = ((resource or {}).get("spec") or {}).get("packages") or {}
+    enabled = set(uninstall_enabled(resource))
+    return sorted(name for name in packages if name not in enabled)
+
+
 def uninstall_enabled(resource):
     """Names of the packages whose ``uninstall.enabled`` is true."""
     packages = ((resource or {}).get("spec") or {}).get("packages") or {}
     return sorted(name for name, pkg in packages.items()
                   if isinstance(pkg, dict) and ((pkg.get("uninstall") or {}).get("enabled") is True))
+
+
+def skips_uninstall(resource):
+    """``nodewright.io/skip-uninstall: "true"``: the resource goes without uninstalling."""
+    return (_meta(resource).get("annotations") or {}).get(ANNOTATION_SKIP_UNINSTALL) == "true"
 
 
 def finalizer_patch(resource, present):
@@ -99,7 +123,7 @@ def decide(resource, nodes, described=None, blocked_reason=None):
         return out
     if not has_finalizer(resource):
         return out
-    if (_meta(resource).get("annotations") or {}).get(ANNOTATION_SKIP_UNINSTALL) == "true":
+    if skips_uninstall(resource):
         out.update(action=REMOVE_FINALIZER, reason="annotation %s=true: the packages stay on the nodes"
                                                    % ANNOTATION_SKIP_UNINSTALL)
         return out
@@ -109,6 +133,14 @@ def decide(resource, nodes, described=None, blocked_reason=None):
     pending = nodes_to_uninstall(resource, nodes, enabled)
     if not pending:
         out.update(action=REMOVE_FINALIZER, reason="%s uninstalled from every node" % ", ".join(enabled))
+        return out
+    held = "paused (annotation %s=true)" % markers.ANNOTATION_PAUSE if is_paused(resource) else \
+        "disabled (annotation %s=true)" % markers.ANNOTATION_DISABLE if is_disabled(resource) else None
+    if held:
+        out.update(action=DELETION_BLOCKED, nodes=pending,
+                   reason="the resource is %s: the uninstall of %s from %s waits, and the resource stays; remove "
+                          "the annotation to let the uninstall run, or annotate it %s=true to let it go without "
+                          "uninstalling" % (held, ", ".join(enabled), ", ".join(pending), ANNOTATION_SKIP_UNINSTALL))
         return out
     if described is None:
         out.update(action=BLOCKED, nodes=pending,
@@ -127,5 +159,24 @@ def deleting_condition(decision, failure=None):
         return {"type": CONDITION_DELETING, "status": "True", "reason": "UninstallFailed",
                 "message": "%s; the uninstall is tried again, or annotate the resource %s=true to let it go "
                            "without it" % (failure, ANNOTATION_SKIP_UNINSTALL)}
-    reason = {UNINSTALL: "Uninstalling", BLOCKED: "UninstallBlocked"}.get(decision["action"], "Finishing")
+    reason = {UNINSTALL: "Uninstalling", BLOCKED: "UninstallBlocked",
+              DELETION_BLOCKED: CONDITION_DELETION_BLOCKED}.get(decision["action"], "Finishing")
     return {"type": CONDITION_DELETING, "status": "True", "reason": reason, "message": decision["reason"]}
+
+
+def uninstall_conditions(decision):
+    """While a deleted resource's uninstall runs: ``UninstallInProgress`` (upstream's),
+    and ``Ready`` False - set when the uninstall starts, not at the end of its run."""
+    return [{"type": CONDITION_UNINSTALL_IN_PROGRESS, "status": "True", "reason": "Uninstalling",
+             "message": decision["reason"]},
+            {"type": "Ready", "status": "False", "reason": "Uninstalling", "message": decision["reason"]}]
+
+
+def deletion_blocked_condition(decision):
+    """The ``DeletionBlocked`` condition: True while a paused or disabled resource's
+    deletion waits for its uninstall (upstream's, reason ``PausedOrDisabled``)."""
+    if decision["action"] == DELETION_BLOCKED:
+        return {"type": CONDITION_DELETION_BLOCKED, "status": "True", "reason": REASON_PAUSED_OR_DISABLED,
+                "message": decision["reason"]}
+    return {"type": CONDITION_DELETION_BLOCKED, "status": "False", "reason": "NotBlocked",
+            "message": "nothing holds the deletion back"}

@@ -51,7 +51,7 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
 ``sequencing``              ``node`` or ``all``; ``held`` (a reason) and ``held_by``
                             when an earlier ``sequencing: all`` resource is not
                             complete everywhere yet (``apply_sequencing``): then
-                            ``work`` is empty
+                            ``work`` is empty and ``held_work`` what it would be
 ``uninstall``               ``{enabled: [packages], apply: [packages]}``: the packages
                             uninstalled when the resource is deleted, and now
 ``reapply_on_reboot``       ``reapplyOnReboot``: the package module applies a complete
@@ -63,18 +63,33 @@ rollout driver reads (``rollout.yml`` today, the controller-side sequence after 
                             annotation cannot be parsed; they are left out of ``work``
                             and the rollout marks them (condition ``nodewright.io/
                             Erroring``, reason ``MalformedState``)
+``repaired``                targets whose ``MalformedState`` mark their state no
+                            longer deserves: the rollout clears it
+``uninstalling``            nodes of ``work`` where a package is to be uninstalled
+                            (``uninstall.apply``): status ``UninstallInProgress``
 ``recorded``                nodes that carry a state of this resource (targeted or
                             not): what an uninstall of it must visit
+``retries``                 ``{stage_retries, retry_backoff, restart_limit}``: the retry
+                            budget of a stage and the restart limit of a non-reboot
+                            interrupt (``stageRetries``, ``stageRetryBackoff`` in seconds,
+                            ``interruptRestartLimit``), defaults filled in
+``refused``                 ``[{node, resource, kind, message}]``: targets left out of
+                            ``work`` although they differ from the spec - ``kind``
+                            ``exhausted`` (a stage's retry budget is spent),
+                            ``downgrade-refused`` (uninstall first) or ``restart-limit``
+                            (``refused_nodes``); the run ends non-zero naming them
 =========================== ==========================================================
 """
 
 from __future__ import annotations
 
+import base64
 import os
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import planner as package_planner
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import package as tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
@@ -93,6 +108,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
     is_disabled,
     is_paused,
     non_interrupt_wait_options,
+    retry_options,
     validate_nodewright,
 )
 
@@ -215,12 +231,97 @@ def stage_timeout(value, where):
     return parse_duration(value, where, what="stageTimeout") or None
 
 
-def package_specs(resource, package_dirs, cache=None, archs=None, images=None):
+ENV_NAMESPACE = "nodewright"
+"""Namespace of the Secrets and ConfigMaps a package's ``env[].valueFrom`` names."""
+
+_REF_KINDS = {"secretKeyRef": "Secret", "configMapKeyRef": "ConfigMap"}
+
+
+def split_env(env):
+    """A resource's ``env`` list as ``(values, refs)``: ``values`` maps each variable
+    given by ``value`` to it; ``refs`` maps each variable given by ``valueFrom`` to
+    ``{kind, name, key, optional}`` (kind ``Secret`` or ``ConfigMap``), read from
+    ``ENV_NAMESPACE`` when the package runs, so that no Secret's value is written into
+    the plan, the inventory or any status."""
+    values, refs = {}, {}
+    for item in env or []:
+        if "name" not in item:
+            continue
+        source = item.get("valueFrom")
+        if not source:
+            values[item["name"]] = item.get("value", "")
+            continue
+        ref_kind = next(iter(source))
+        ref = source[ref_kind]
+        refs[item["name"]] = {"kind": _REF_KINDS[ref_kind], "name": ref["name"], "key": ref["key"],
+                              "optional": bool(ref.get("optional"))}
+    return values, refs
+
+
+def env_lookup_for(api_client, namespace=ENV_NAMESPACE):
+    """A ``lookup(kind, name, key)`` that reads a key of a Secret or ConfigMap in
+    ``namespace``: its value, or None when the object or the key does not exist."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call
+    from kubernetes import client as k8s_client
+    core = k8s_client.CoreV1Api(api_client)
+
+    def lookup(kind, name, key):
+        read = core.read_namespaced_secret if kind == "Secret" else core.read_namespaced_config_map
+        try:
+            obj = call("read %s %s/%s" % (kind, namespace, name), read, name, namespace)
+        except ClusterError as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+        data = obj.data or {}
+        if key not in data:
+            return None
+        if kind == "Secret":
+            return base64.b64decode(data[key]).decode("utf-8", "replace")
+        return data[key]
+    return lookup
+
+
+def _missing_ref(ref, field):
+    return ValidationError("%s %s/%s has no key %r" % (ref["kind"], ENV_NAMESPACE, ref["name"], ref["key"]),
+                           field=field, hint="create it (kubectl -n %s create %s ...), or set optional: true to "
+                                             "leave the variable unset when it is missing"
+                                             % (ENV_NAMESPACE, ref["kind"].lower()))
+
+
+def check_env_from(refs, lookup, where):
+    """Refuse, before any node is touched, a required ``valueFrom`` whose Secret or
+    ConfigMap key does not exist."""
+    problems = Problems()
+    for var, ref in sorted(refs.items()):
+        if not ref["optional"] and lookup(ref["kind"], ref["name"], ref["key"]) is None:
+            problems.add(_missing_ref(ref, "%s.%s.valueFrom" % (where, var)))
+    problems.raise_if_any()
+
+
+def resolve_env_from(refs, lookup, where="env"):
+    """The variables ``refs`` name, read now (an optional one that is missing is left
+    unset); raises ValidationError for a required one that is missing."""
+    values = {}
+    problems = Problems()
+    for var, ref in sorted(refs.items()):
+        value = lookup(ref["kind"], ref["name"], ref["key"])
+        if value is not None:
+            values[var] = value
+        elif not ref["optional"]:
+            problems.add(_missing_ref(ref, "%s.%s.valueFrom" % (where, var)))
+    problems.raise_if_any()
+    return values
+
+
+def package_specs(resource, package_dirs, cache=None, archs=None, images=None, env_lookup=None):
     """The package module's specs for a validated NodeWright resource, each checked
     against its manifest (version, expected config, the scripts its checks need)
     before any node is touched. Errors name the resource's fields
     (``spec.packages.<name>.configMap.<key>``). ``archs`` and ``images``: see
-    ``resolve_source``."""
+    ``resolve_source``. ``env_lookup``: see ``env_lookup_for``; with it a required
+    ``env[].valueFrom`` that names a missing Secret or ConfigMap key is refused."""
     specs = []
     problems = Problems()
     default_timeout = stage_timeout(resource["spec"].get("stageTimeout"), "spec.stageTimeout")
@@ -238,13 +339,22 @@ def package_specs(resource, package_dirs, cache=None, archs=None, images=None):
             if pkg.get("dependsOn"):
                 spec["depends_on"] = pkg["dependsOn"]
             if pkg.get("env"):
-                spec["env"] = {e["name"]: e.get("value", "") for e in pkg["env"] if "name" in e}
+                spec["env"], env_from = split_env(pkg["env"])
+                if env_from:
+                    spec["env_from"] = env_from
+                    if env_lookup is not None:
+                        check_env_from(env_from, env_lookup, where + ".env")
             timeout = stage_timeout(pkg.get("stageTimeout"), where + ".stageTimeout") if "stageTimeout" in pkg \
                 else default_timeout
             if timeout:
                 spec["stage_timeout"] = timeout
             if resource["spec"].get("reapplyOnReboot"):
                 spec["reapply_on_reboot"] = True
+            limits = retry_options(resource["spec"])
+            spec["stage_retries"] = pkg.get("stageRetries", limits["stage_retries"])
+            spec["retry_backoff"] = limits["retry_backoff"]
+            if (pkg.get("uninstall") or {}).get("enabled"):
+                spec["refuse_downgrade"] = True
             package = _load(src, cache)
             try:
                 # version, expected config and the check scripts are checked here
@@ -336,11 +446,12 @@ def policy_for(resource, policies):
         if name not in policies:
             raise ValidationError("DeploymentPolicy %r does not exist" % name, field="spec.deploymentPolicy",
                                   hint="create it, or fix the name; the resource stays blocked until then")
-        return parse_policy(policies[name].get("spec") or {}).to_dict()
+        policy = parse_policy(policies[name].get("spec") or {})
+        return policy.with_options(spec.get("deploymentPolicyOptions")).to_dict()
     return policy_from_interruption_budget(spec.get("interruptionBudget")).to_dict()
 
 
-def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
+def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, env_lookup=None):
     """Everything a rollout of one resource needs, validated; raises on bad input.
     The keys are listed in this module's docstring; ``waves`` is filled in by
     ``describe_all``: the waves of a run of every resource together, which is what a
@@ -354,7 +465,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
     by_name = by_name or {n["metadata"]["name"]: n for n in nodes}
     archs = {package_sources.node_architecture(by_name[t]) for t in targets} - {None}
     images = {}
-    specs = package_specs(resource, package_dirs, cache, archs=archs, images=images)
+    specs = package_specs(resource, package_dirs, cache, archs=archs, images=images, env_lookup=env_lookup)
     specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets], cache)
     desired = desired_packages(specs, cache)
     plans, malformed = {}, []
@@ -373,7 +484,9 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
     bad = {m["node"] for m in malformed}
     deleting = bool(((original or {}).get("metadata") or {}).get("deletionTimestamp"))
     # A node whose state cannot be read is left alone until it is fixed or reset.
-    work = [] if deleting else [t for t in targets if t not in bad and _work_left(plans[t], by_name[t], name)]
+    refused = refused_nodes(plans, by_name, name, spec)
+    work = [] if deleting else [t for t in targets if t not in bad and t not in refused
+                                and _work_left(plans[t], by_name[t], name)]
     sticky = node_priority(original)
     packages = spec.get("packages") or {}
     return {
@@ -388,6 +501,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
         "work": work,
         "node_order": {t: sticky[t] for t in targets if t in sticky},
         "drain": drain_options(spec.get("drainConfig")),
+        "tolerations": spec.get("additionalTolerations") or [],
         "non_interrupt_wait": non_interrupt_wait_options(spec.get("podNonInterruptWait")),
         "stage_timeout": stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
         "sequencing": spec.get("sequencing", "node"),
@@ -396,9 +510,62 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None):
         "reapply_on_reboot": bool(spec.get("reapplyOnReboot")),
         "runtime_required_cordon_after": bool(spec.get("runtimeRequiredCordonAfter")),
         "malformed": malformed,
+        "retries": retry_options(spec),
+        "refused": [{"node": t, "resource": name, "kind": kind, "message": message}
+                    for t, (kind, message) in sorted(refused.items())],
+        "uninstalling": [t for t in work if "uninstall" in plans[t]["actions"].values()],
+        "repaired": [t for t in targets if t not in bad and node_state.repaired_malformed(by_name[t])],
         "recorded": sorted(n["metadata"]["name"] for n in nodes
                            if node_state.annotation_text(n, name) is not None),
+        "adoptable": adoptable(name, spec, desired, [by_name[t] for t in targets if t not in bad]),
     }
+
+
+def adoptable(name, spec, desired, nodes):
+    """Per node, the packages upstream NodeWright completed there (its nodeState annotation
+    for a resource of this name) that NodeWright does not record: ``nodewright adopt``
+    records them so that they are not applied again; until then the plan applies them."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.node import upstream
+    raw = spec.get("packages") or {}
+    wanted = {}
+    for d in desired:
+        if d.get("state", "present") == "present":
+            asked = (raw.get(d["name"]) or {}).get("interrupt") is not None
+            wanted[d["name"]] = {"version": d["version"],
+                                 "has_interrupt": asked or not package_planner.is_noop(d.get("interrupt"))}
+    out = {}
+    for node in nodes:
+        if upstream.read(node, name)["key"] is None:
+            continue
+        found = upstream.decide(node, name, wanted, node_state.package_entries(node_state.read_node_state(node, name)))
+        if found["adopt"]:
+            out[node["metadata"]["name"]] = ["%s %s" % (e["name"], e["version"]) for e in found["adopt"]]
+    return out
+
+
+def refused_nodes(plans, by_name, resource_name, spec):
+    """node -> (kind, why) for the targets left alone although they differ from the spec:
+    a package whose plan is ``exhausted`` (its retry budget spent) or ``downgrade-refused``,
+    or a non-reboot interrupt whose restart limit was reached while nothing new is asked of
+    the node and the limit was not raised since (``package/retries.py``). The rollout does
+    not take them out of work."""
+    out = {}
+    for node, plan in plans.items():
+        refused = [p for p in plan.get("packages") or () if p["action"] in package_planner.REFUSED_ACTIONS]
+        if refused:
+            out[node] = (refused[0]["action"], "; ".join(p["reason"] for p in refused))
+            continue
+        state = node_state.read_node_state(by_name.get(node), resource_name)
+        limit = retry_options(spec)["restart_limit"]
+        # A limit raised since lets the next run try again.
+        if package_retries.restart_limit_reached(state) and not plan.get("changed") and \
+                int(state.get("restarts") or 0) >= limit:
+            kind = (state.get("interrupt") or {}).get("type", "service")
+            failures = int(state.get("restarts") or 0) + 1
+            out[node] = ("restart-limit", "the %s interrupt failed %d time(s), its whole restart limit "
+                         "(interruptRestartLimit %d): not restarted again until the packages change, the limit is "
+                         "raised or `nodewright reset %s` forgets the node's record" % (kind, failures, limit, node))
+    return out
 
 
 def settings_of(entry, cache):
@@ -415,7 +582,7 @@ def settings_of(entry, cache):
     return out
 
 
-def describe_all(resources, nodes, policies, package_dirs, only=None, holders=None, now=None):
+def describe_all(resources, nodes, policies, package_dirs, only=None, holders=None, now=None, env_lookup=None):
     """Every resource described, conflicts between them refused, and the waves of a run
     of all of them together (the rollout driver's own dry run).
 
@@ -433,7 +600,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
     for resource in order_resources(resources):
         name = (resource.get("metadata") or {}).get("name", "?")
         try:
-            rollouts.append(describe(resource, nodes, policies, package_dirs, cache, by_name))
+            rollouts.append(describe(resource, nodes, policies, package_dirs, cache, by_name, env_lookup=env_lookup))
             objects[name] = resource
         except NodeWrightError as exc:
             blocked.append({"name": name, "reason": str(exc)})
@@ -493,8 +660,19 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
         decision = res.decision
         entry["waves"] = {"waves": waves, "status": decision.status if decision else "complete",
                           "reason": decision.reason if decision else "nothing to do"}
+        _describe_gates(entry, res.policy)
     return {"rollouts": rollouts, "blocked": blocked, "waves": driver_mod.waves_of(run), "conflicts": found,
             "status": status, "reason": reason}
+
+
+def _describe_gates(entry, policy):
+    """``soak`` (compartment -> its soakTime, e.g. ``10m``) and ``alert_gate`` (the gate, and a
+    check of it now) for the plan: what will hold the rollout back besides its limits."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import alerts
+    entry["soak"] = {c.name: c.to_dict()["soakTime"] for c in policy.all_compartments if c.soak_time}
+    if policy.alert_gate is not None:
+        entry["alert_gate"] = {"gate": policy.alert_gate.to_dict(), "describe": policy.alert_gate.describe(),
+                               "now": alerts.check_gate(policy.alert_gate).to_dict()}
 
 
 def apply_sequencing(rollouts):
@@ -511,6 +689,8 @@ def apply_sequencing(rollouts):
             r["held"] = ("waiting for %s (priority %d, sequencing: all) to complete on every node it targets; "
                          "%d of %d still to do" % (holder["name"], holder["priority"], pending,
                                                    len(holder["targets"])))
+            # Its status says waiting (upstream's) while it has work of its own held back.
+            r["held_work"] = r["work"]
             r["work"] = []
             continue
         if holder is None and r.get("sequencing") == "all" and not r.get("disabled") and not r.get("deleting") \

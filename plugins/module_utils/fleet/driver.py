@@ -23,7 +23,12 @@ differ only in the hooks that run a wave, wait, and keep state:
   fleet limits; an unavailable node is not admitted until it is healthy, and the
   decisions name it and say why; the wave is reserved atomically
   (``admission.ReservationRecord``) before any node of it is touched, and released
-  when it ends.
+  when it ends;
+* **gates and soak**: a resource whose policy has an ``alertGate`` admits no node
+  while a matching alert fires (nodes in flight finish); the run re-checks every
+  ``checkInterval`` and, past ``waitTimeout``, stops that resource (``halted``, exit
+  status 2, nothing to reset). A compartment's ``soakTime`` holds its next batch
+  back after each one; the gate is re-checked while it soaks.
 
 ``simulate()`` runs the same loop with every node succeeding and nothing written,
 which is how ``plan.yml`` prints exactly the waves a rollout then makes.
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Dict
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import alerts as alerts_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
     AdmissionError,
     FleetView,
@@ -104,6 +110,8 @@ class ResourceRollout(object):
         self.digest = policy_digest(policy.to_dict())
         self.data = data or {}                # the desired_state entry, for hooks
         self.decision = None
+        self.gate_check = None                # the alert gate's last check (alerts.GateCheck) in this run
+        self.gate_changed = False             # it opened or closed at the last admission
         self.stopped = None                   # "paused" / "disabled" since the run began
         self.waves = []                       # this resource's waves in this run
 
@@ -295,7 +303,7 @@ class RolloutDriver(object):
     """Runs waves until every resource is complete, halted or has to wait."""
 
     def __init__(self, resources, fleet, hooks=None, holder_id="", wait_for_window=True,
-                 capacity_timeout=0.0, poll=10.0, now=None):
+                 capacity_timeout=0.0, poll=10.0, now=None, gate_check=None, clock=None):
         self.resources = sorted(resources, key=lambda r: r.sort_key())
         self.fleet = fleet
         self.hooks = hooks or Hooks()
@@ -315,7 +323,12 @@ class RolloutDriver(object):
         for res in self.resources:
             self.watched.update(res.targets)
         self.unavailable = {}   # name -> why, at the last admission (counted, not admitted)
+        self._said = None
         self._told = {}
+        self._gate_check = gate_check or alerts_mod.check_gate
+        self._clock = clock or time.monotonic
+        self._gate_closed_since = {}  # resource -> clock() when its gate closed
+        self.simulating = False
         self._check_same_resource()
 
     def _check_same_resource(self):
@@ -334,6 +347,7 @@ class RolloutDriver(object):
         resources paused or disabled since the run began (they admit no node)."""
         assignment, waves, reasons = {}, {}, {}
         blocked_by_priority = {}
+        checks = {}  # one GET per alert gate and admission, however many resources share it
         for res in self.resources:
             if res.decision is not None and res.decision.status == HALTED:
                 continue
@@ -366,7 +380,9 @@ class RolloutDriver(object):
                                  in_progress_elsewhere=[{"name": n, "labels": lbl} for n, lbl in sorted(busy.items())],
                                  now=self.now(), done=[t for t in res.done if t in present],
                                  fleet_size=view.size, ignore_windows=False,
-                                 resumable=resumable, eligible=pickable | set(resumable), deferred=set(held))
+                                 resumable=resumable, eligible=pickable | set(resumable), deferred=set(held),
+                                 ignore_soak=self.simulating)
+            decision = self._gate(res, decision, checks)
             if held and decision.status == COMPLETE:
                 waiting = sorted(n for n in held if n in present)
                 if waiting:
@@ -386,6 +402,45 @@ class RolloutDriver(object):
         if not assignment:
             return None
         return WaveRun(number=len(self.waves) + 1, assignment=assignment, waves=waves, reasons=reasons)
+
+    def _gate(self, res, decision, checks):
+        """``decision`` under the resource's alert gate: checked when the engine would start a
+        wave or a compartment soaks; closed, the wave is taken back (WAITING), and past the
+        gate's waitTimeout the resource stops (HALTED)."""
+        gate = res.policy.alert_gate
+        if gate is None or self.simulating or not (decision.status == WAVE or decision.soak_until is not None):
+            return decision
+        if gate not in checks:
+            checks[gate] = self._gate_check(gate)
+        check = checks[gate]
+        was_closed = res.gate_check is not None and res.gate_check.closed
+        res.gate_changed = res.gate_check is None or was_closed != check.closed or (
+            res.gate_check.reason != check.reason)
+        res.gate_check = check
+        decision.gate = check
+        if not check.closed:
+            self._gate_closed_since.pop(res.name, None)
+            if check.error:
+                decision.notes.append("alert gate: %s" % check.message)
+                if res.gate_changed:
+                    self.hooks.say("NodeWright rollout: %s: %s" % (res.name, check.message), "warn")
+            return decision
+        if decision.status == WAVE:
+            # Taken back before anything was reserved: the engine has not started it.
+            res.state.pending = None
+            res.state.wave_number -= 1
+        since = self._gate_closed_since.setdefault(res.name, self._clock())
+        waited = self._clock() - since
+        if waited >= gate.wait_timeout:
+            return WaveDecision(status=HALTED, notes=decision.notes, gate=check, reason=(
+                "alert gate closed for %s (waitTimeout %s): %s; no new node was admitted; the next run checks the "
+                "gate again (nothing to reset)" % (_seconds_text(waited), _seconds_text(gate.wait_timeout),
+                                                   check.message)))
+        return WaveDecision(status=WAITING, notes=decision.notes, gate=check, soak_until=decision.soak_until,
+                            reason="alert gate closed: %s; no new node is admitted (nodes in flight finish); the run "
+                                   "checks again every %s for up to %s, then stops"
+                                   % (check.message, _seconds_text(gate.check_interval),
+                                      _seconds_text(gate.wait_timeout)))
 
     def _explain_unavailable(self, res, decision, busy):
         """Name the unavailable nodes that hold this resource's capacity, and why: in the
@@ -482,6 +537,14 @@ class RolloutDriver(object):
             status, reason = self.overall()
             if status != WAITING:
                 return self._finish(status, reason)
+            pause = self._gate_or_soak_pause()
+            if pause is not None:
+                if reason != self._said:
+                    self.hooks.say("%s; waiting" % reason, "warn")
+                    self._said = reason
+                if not self.hooks.wait(pause, reason):
+                    return self._finish(INTERRUPTED, "the run was interrupted while waiting: %s" % reason)
+                continue
             window = self._next_window()
             if window is not None:
                 if not self.wait_for_window:
@@ -527,12 +590,30 @@ class RolloutDriver(object):
                 continue
             mine = wave.of(res.name)
             results[res.name] = record_wave_result(
-                res.state,
+                res.state, now=self.now(),
                 succeeded=[n for n in mine if outcomes.get(n) == "ok"],
                 failed=[n for n in mine if outcomes.get(n) in ("failed", None)],
                 blocked=[n for n in mine if outcomes.get(n) == "blocked"])
         self.hooks.wave_done(wave, outcomes, results)
         self.fleet.release(wave.nodes)
+
+    def _gate_or_soak_pause(self):
+        """Seconds to wait before the next admission when a resource waits only for its alert
+        gate or a soak time (both end by themselves), else None."""
+        pauses = []
+        for res in self.resources:
+            decision = res.decision
+            if decision is None or decision.status != WAITING:
+                continue
+            if decision.gate is not None and decision.gate.closed:
+                left = decision.gate.gate.wait_timeout - (self._clock() - self._gate_closed_since.get(
+                    res.name, self._clock()))
+                pauses.append(max(0.0, min(decision.gate.gate.check_interval, left)))
+            if decision.soak_until is not None:
+                pauses.append(max(0.0, (decision.soak_until - self.now()).total_seconds()))
+                if res.policy.alert_gate is not None:
+                    pauses.append(res.policy.alert_gate.check_interval)
+        return max(0.2, min(pauses)) if pauses else None
 
     def _next_window(self):
         windows = [r.decision.next_window for r in self.resources
@@ -562,6 +643,7 @@ class RolloutDriver(object):
 
     def simulate(self, max_waves=10000):
         """Waves this run would make if every node succeeded; nothing is written."""
+        self.simulating = True
         while len(self.waves) < max_waves:
             wave, view = self._admit()
             if wave is None:
@@ -573,6 +655,13 @@ class RolloutDriver(object):
                     res.waves.append(wave.waves[res.name])
                     record_wave_result(res.state, succeeded=wave.of(res.name))
         return self._finish(INCOMPLETE, "stopped after %d simulated waves" % max_waves)
+
+
+def _seconds_text(seconds):
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join("%d%s" % (n, u) for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
 
 
 def simulated_view(nodes, holders=None, now=None):

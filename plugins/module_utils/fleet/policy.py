@@ -16,7 +16,9 @@ Vocabulary and batch math follow Skyhook's DeploymentPolicy (``default`` and
 * ``topology`` caps nodes in progress per value of a label (an NVLink clique, a
   rack, a zone), across all NodeWright resources;
 * ``fleetDisruptionLimit`` caps nodes in progress across the whole fleet;
-* ``maintenanceWindows`` say when a new wave may start.
+* ``maintenanceWindows`` say when a new wave may start;
+* ``alertGate`` admits no node while a matching Prometheus/Alertmanager alert fires,
+  and a compartment's ``soakTime`` waits between its batches.
 
 docs/deployment-policy.md describes the semantics with worked examples.
 """
@@ -31,10 +33,12 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import (
     check_keys as _check_keys,
     field_path as _path,
+    parse_duration,
     read_bool as _read_bool,
     read_int,
     require_mapping,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.alerts import AlertGate, parse_alert_gate
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.windows import (
     MaintenanceWindow,
     _coerce_windows,
@@ -54,7 +58,7 @@ STRATEGY_KINDS = ("fixed", "linear", "exponential")
 _COMPARTMENT_NAME_MAX = 63
 
 _SPEC_KEYS = ("default", "compartments", "resetBatchStateOnCompletion", "topology",
-              "fleetDisruptionLimit", "maintenanceWindows")
+              "fleetDisruptionLimit", "maintenanceWindows", "alertGate")
 _COMMON_PARAMS = ("initialBatch", "batchThreshold", "failureThreshold", "safetyLimit")
 _EXTRA_PARAMS = {"fixed": (), "linear": ("delta",), "exponential": ("growthFactor",)}
 
@@ -275,6 +279,7 @@ class Compartment(object):
     budget: Budget
     strategy: Optional[Strategy] = None  # None: fill to the ceiling
     selector_source: object = None       # as written, for to_dict()
+    soak_time: float = 0                 # seconds to wait after each batch before the next one
 
     @property
     def effective_strategy(self):
@@ -290,6 +295,8 @@ class Compartment(object):
         strategy = self.strategy.to_dict() if self.strategy is not None else None
         if strategy is not None:
             out["strategy"] = strategy
+        if self.soak_time:
+            out["soakTime"] = _duration_text(self.soak_time)
         return out
 
 
@@ -314,6 +321,7 @@ class DeploymentPolicy(object):
     topology: Optional[Topology] = None
     fleet_disruption_limit: Optional[Budget] = None
     maintenance_windows: Tuple[MaintenanceWindow, ...] = ()
+    alert_gate: Optional[AlertGate] = None
 
     @property
     def all_compartments(self):
@@ -336,13 +344,24 @@ class DeploymentPolicy(object):
                            self.reset_batch_state_on_completion)
         return replace(self, reset_batch_state_on_completion=reset)
 
+    def with_alert_gate(self, gate):
+        """The policy under the run's own ``alertGate`` (an AlertGate; it replaces the policy's)."""
+        return self if gate is None else replace(self, alert_gate=gate)
+
     def to_dict(self):
         """The normalised spec, defaults filled in."""
         default = {"budget": self.default.budget.to_dict()}
         if self.default.strategy is not None:
             default["strategy"] = self.default.strategy.to_dict()
+        if self.default.soak_time:
+            default["soakTime"] = _duration_text(self.default.soak_time)
+        compartments = [c.to_dict() for c in self.compartments]
+        if self.default.soak_time:
+            # A compartment without its own takes the default's: say 0s where it has none.
+            for comp, data in zip(self.compartments, compartments):
+                data["soakTime"] = _duration_text(comp.soak_time)
         out = {"default": default,
-               "compartments": [c.to_dict() for c in self.compartments],
+               "compartments": compartments,
                "resetBatchStateOnCompletion": self.reset_batch_state_on_completion}
         if self.topology is not None:
             out["topology"] = self.topology.to_dict()
@@ -350,7 +369,19 @@ class DeploymentPolicy(object):
             out["fleetDisruptionLimit"] = self.fleet_disruption_limit.to_dict()
         if self.maintenance_windows:
             out["maintenanceWindows"] = [w.to_dict() for w in self.maintenance_windows]
+        if self.alert_gate is not None:
+            out["alertGate"] = self.alert_gate.to_dict()
         return out
+
+
+def _duration_text(seconds):
+    return "%ss" % (int(seconds) if seconds == int(seconds) else seconds)
+
+
+def _soak_time(item, where, default=0):
+    """``soakTime``: how long a compartment waits after each batch (a duration; 0 or unset: none)."""
+    seconds = parse_duration(item.get("soakTime"), _path(where, "soakTime"), "soakTime")
+    return default if seconds is None else seconds
 
 
 def parse_policy(spec, where="spec"):
@@ -367,7 +398,7 @@ def parse_policy(spec, where="spec"):
         raise ValidationError("a DeploymentPolicy needs a default", field=default_path,
                               hint="e.g. default: {budget: {percent: 25}, strategy: {fixed: {initialBatch: 1}}}")
     default_spec = _mapping(spec["default"], default_path, "default")
-    _check_keys(default_spec, ("budget", "strategy"), default_path)
+    _check_keys(default_spec, ("budget", "strategy", "soakTime"), default_path)
     if default_spec.get("budget") is None:
         raise ValidationError("default needs a budget", field=_path(default_path, "budget"),
                               hint="e.g. budget: {percent: 25}")
@@ -376,7 +407,7 @@ def parse_policy(spec, where="spec"):
         default_strategy = parse_strategy(default_spec["strategy"], _path(default_path, "strategy"))
     default = Compartment(name=DEFAULT_COMPARTMENT, selector=Selector(),
                           budget=parse_budget(default_spec["budget"], _path(default_path, "budget")),
-                          strategy=default_strategy)
+                          strategy=default_strategy, soak_time=_soak_time(default_spec, default_path))
 
     compartments = []
     raw = spec.get("compartments")
@@ -389,7 +420,7 @@ def parse_policy(spec, where="spec"):
     for n, item in enumerate(raw):
         here = _path(comps_path, n)
         _mapping(item, here, "a compartment")
-        _check_keys(item, ("name", "selector", "budget", "strategy"), here)
+        _check_keys(item, ("name", "selector", "budget", "strategy", "soakTime"), here)
         name = item.get("name")
         if not isinstance(name, str) or not name:
             raise ValidationError("a compartment needs a name", field=_path(here, "name"),
@@ -423,7 +454,8 @@ def parse_policy(spec, where="spec"):
         if item.get("strategy") is not None:
             strategy = parse_strategy(item["strategy"], _path(here, "strategy"))
         compartments.append(Compartment(name=name, selector=selector, budget=budget, strategy=strategy,
-                                        selector_source=item["selector"]))
+                                        selector_source=item["selector"],
+                                        soak_time=_soak_time(item, here, default.soak_time)))
 
     topology = None
     if spec.get("topology") is not None:
@@ -449,6 +481,10 @@ def parse_policy(spec, where="spec"):
                                   hint="e.g. [{days: [Sat], start: \"22:00\", end: \"04:00\", timeZone: UTC}]")
         windows = tuple(_coerce_windows(spec["maintenanceWindows"], win_path))
 
+    gate = None
+    if spec.get("alertGate") is not None:
+        gate = parse_alert_gate(spec["alertGate"], _path(where, "alertGate"))
+
     return DeploymentPolicy(
         default=default,
         compartments=tuple(compartments),
@@ -456,6 +492,7 @@ def parse_policy(spec, where="spec"):
         topology=topology,
         fleet_disruption_limit=fleet_limit,
         maintenance_windows=windows,
+        alert_gate=gate,
     )
 
 

@@ -26,8 +26,10 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation
     did_you_mean,
     field_path,
     parse_duration,
+    read_int,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import (
     SERVICE_PATTERN,
     compact,
@@ -89,9 +91,10 @@ OBJECT_NAME_MAX = names.DNS1123_SUBDOMAIN_MAX
 NODEWRIGHT_SPEC_FIELDS = ("nodeSelectors", "packages", "podNonInterruptLabels", "interruptionBudget",
                           "deploymentPolicy", "deploymentPolicyOptions", "priority", "runtimeRequired",
                           "autoTaintNewNodes", "additionalTolerations", "drainConfig", "stageTimeout", "sequencing",
-                          "reapplyOnReboot", "runtimeRequiredCordonAfter", "podNonInterruptWait")
+                          "reapplyOnReboot", "runtimeRequiredCordonAfter", "podNonInterruptWait", "stageRetries",
+                          "stageRetryBackoff", "interruptRestartLimit")
 PACKAGE_FIELDS = ("version", "image", "containerSHA", "source", "interrupt", "configMap",
-                  "configInterrupts", "dependsOn", "env", "stageTimeout", "uninstall")
+                  "configInterrupts", "dependsOn", "env", "stageTimeout", "uninstall", "stageRetries")
 SEQUENCING = ("node", "all")
 DRAIN_FIELDS = ("timeout", "gracePeriod", "deleteEmptyDirData", "force", "ignoreDaemonSets", "disableEviction")
 # drainConfig field -> the nodewright.fleet.node_drain option it sets.
@@ -182,7 +185,8 @@ def _label_selector(value, where):
 
 def validate_semver(value, where, what="version"):
     return _string(value, where, what, "semver", 128,
-                   hint="use semantic versioning MAJOR.MINOR.PATCH, e.g. 1.2.3 or 2.0.0-rc.1, with no leading v")
+                   hint="use semantic versioning MAJOR.MINOR.PATCH, e.g. 1.2.3 or 2.0.0-rc.1 (MAJOR.MINOR such as "
+                        "1.2 stands for 1.2.0)")
 
 
 def _interrupt(value, where):
@@ -269,6 +273,24 @@ def drain_options(drain_config):
         else:
             out[option] = value
     return out
+
+
+def _retries(mapping, key, where):
+    """stageRetries, interruptRestartLimit: how many times again, 0 to 10 (retries.py)."""
+    return read_int(mapping, key, where, 0, package_retries.MAX_RETRIES,
+                    hint="a whole number from 0 (no retry) to %d; unset means %d"
+                         % (package_retries.MAX_RETRIES, package_retries.DEFAULT_STAGE_RETRIES))
+
+
+def retry_options(spec):
+    """A validated resource spec's retry budget and limits: ``{stage_retries, retry_backoff
+    (seconds), restart_limit}``, defaults filled in."""
+    backoff = parse_duration(spec.get("stageRetryBackoff"), "spec.stageRetryBackoff")
+    return {"stage_retries": package_retries.DEFAULT_STAGE_RETRIES if spec.get("stageRetries") is None
+            else spec["stageRetries"],
+            "retry_backoff": package_retries.DEFAULT_RETRY_BACKOFF if backoff is None else backoff,
+            "restart_limit": package_retries.DEFAULT_RESTART_LIMIT if spec.get("interruptRestartLimit") is None
+            else spec["interruptRestartLimit"]}
 
 
 def _uninstall(value, where, name):
@@ -421,6 +443,9 @@ def _package(name, value, where):
     if value.get("uninstall") is not None:
         with problems.collect():
             out["uninstall"] = _uninstall(value["uninstall"], where + ".uninstall", name)
+    if value.get("stageRetries") is not None:
+        with problems.collect():
+            out["stageRetries"] = _retries(value, "stageRetries", where)
     problems.raise_if_any()
     return out
 
@@ -650,6 +675,14 @@ def validate_nodewright(obj):
         with problems.collect():
             out_spec["podNonInterruptWait"] = _non_interrupt_wait(spec["podNonInterruptWait"],
                                                                   "spec.podNonInterruptWait")
+    for key in ("stageRetries", "interruptRestartLimit"):
+        if spec.get(key) is not None:
+            with problems.collect():
+                out_spec[key] = _retries(spec, key, "spec")
+    if spec.get("stageRetryBackoff") is not None:
+        with problems.collect():
+            out_spec["stageRetryBackoff"] = _duration(spec["stageRetryBackoff"], "spec.stageRetryBackoff",
+                                                      "stageRetryBackoff")
     sequencing = spec.get("sequencing")
     if sequencing is None:
         sequencing = "node"

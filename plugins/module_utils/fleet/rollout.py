@@ -43,6 +43,7 @@ VAR_ADMISSION = "nodewright_rollout_admission"      # reserve waves in the clust
 VAR_RESERVATION_TTL = "nodewright_rollout_reservation_ttl"
 VAR_CAPACITY_TIMEOUT = "nodewright_rollout_capacity_timeout"
 VAR_LOCK_NAMESPACE = "nodewright_rollout_lock_namespace"
+VAR_ALERT_GATE = "nodewright_rollout_alert_gate"    # the run's alertGate: replaces every policy's
 VAR_NODE_LABELS = "nodewright_node_labels"
 VAR_INVENTORY_NODE = "k8s_node"
 FACT = "nodewright_rollout"
@@ -61,8 +62,9 @@ class RolloutSettings(object):
 
     def __init__(self, policy_spec=None, policy_name=None, wait_for_window=True, k8s_auth=None, driver=None,
                  state_resource=None, desired=None, admission=None, reservation_ttl=None, capacity_timeout=None,
-                 lock_namespace=None):
+                 lock_namespace=None, alert_gate=None):
         self.state_resource = state_resource
+        self.alert_gate = alert_gate  # an alerts.AlertGate, or None
         self.policy_spec = policy_spec
         self.policy_name = policy_name
         self.wait_for_window = wait_for_window
@@ -123,6 +125,10 @@ def read_settings(variables):
     if state_resource:
         names.nodewright_name(state_resource, VAR_STATE_RESOURCE)
     admission = variables.get(VAR_ADMISSION)
+    gate = variables.get(VAR_ALERT_GATE)
+    if gate is not None:
+        from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.alerts import parse_alert_gate
+        gate = parse_alert_gate(gate, VAR_ALERT_GATE)
     return RolloutSettings(policy_spec=spec, policy_name=name or None,
                            wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
                            k8s_auth=dict(auth), driver=driver, state_resource=state_resource or None,
@@ -130,7 +136,7 @@ def read_settings(variables):
                            admission=None if admission is None else _truthy(admission, VAR_ADMISSION),
                            reservation_ttl=_number(variables.get(VAR_RESERVATION_TTL), VAR_RESERVATION_TTL, 15),
                            capacity_timeout=_number(variables.get(VAR_CAPACITY_TIMEOUT), VAR_CAPACITY_TIMEOUT, 0),
-                           lock_namespace=variables.get(VAR_LOCK_NAMESPACE) or None)
+                           lock_namespace=variables.get(VAR_LOCK_NAMESPACE) or None, alert_gate=gate)
 
 
 def _number(value, name, minimum):
@@ -464,6 +470,10 @@ class RolloutRecord(object):
             entry["halted"] = dict(decision.halted)
         if decision.next_window is not None:
             entry["nextWindow"] = _iso(decision.next_window)
+        if decision.soak_until is not None:
+            entry["soakUntil"] = _iso(decision.soak_until)
+        if decision.gate is not None:
+            entry["alertGate"] = decision.gate.to_dict()
         self.decisions.append(entry)
         return entry
 
@@ -537,7 +547,8 @@ def resources_from_desired(desired, hosts, settings, play, driver, check_mode=Fa
         if entry.get("paused") or entry.get("disabled") or entry.get("deleting"):
             continue
         name = entry["name"]
-        policy = parse_policy(entry.get("policy") or {}, "NodeWright %s: policy" % name)
+        policy = parse_policy(entry.get("policy") or {}, "NodeWright %s: policy" % name).with_alert_gate(
+            settings.alert_gate)
         source = ("DeploymentPolicy/%s" % entry["policy_name"]) if entry.get("policy_name") else \
             "interruptionBudget of %s" % name
         state, keeper = RolloutState(policy), None
@@ -584,6 +595,10 @@ class RunHooks(Hooks):
             record = self.records.get(res.name)
             if record is not None and res.decision is not None:
                 record.decision(res.decision, number=(len(self.driver.waves) + 1) if self.driver else None)
+            if getattr(res, "gate_changed", False) and self.driver is not None and self.driver.last_view is not None:
+                # The alert gate opened or closed: the resource's condition says so now.
+                res.gate_changed = False
+                self.save(res, self.driver.last_view, self.driver.last_raw)
 
     def wave_started(self, wave):
         for name, engine_wave in wave.waves.items():
@@ -644,6 +659,10 @@ class RunHooks(Hooks):
         status = None
         if self.status_writer is not None and raw_nodes is not None:
             status = self.status_writer(res, raw_nodes, keeper.status, override, message)
+            condition = alert_gate_condition(getattr(res, "gate_check", None))
+            if status is not None and condition is not None:
+                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
+                status["conditions"].append(condition)
         views = [view.nodes[t].view() for t in res.targets if t in view.nodes]
         problem = keeper.save(res.state, views, done=done, failed=failed, in_progress=in_progress, status=status)
         if problem:
@@ -676,6 +695,20 @@ class RunHooks(Hooks):
                           message=record.reason if halted or override else None)
 
 
+CONDITION_ALERT_GATE = "AlertGate"
+
+
+def alert_gate_condition(check):
+    """The resource's ``AlertGate`` condition from the gate's last check (None when the run never
+    checked one): True while it keeps nodes out (reason AlertsFiring, or SourceUnavailable when
+    the source cannot be read and the gate fails closed); False when it lets them in (NoAlerts,
+    or SourceUnavailableFailOpen)."""
+    if check is None:
+        return None
+    return {"type": CONDITION_ALERT_GATE, "status": "True" if check.closed else "False", "reason": check.reason,
+            "message": check.message[:32000], "lastTransitionTime": _iso(_now())}
+
+
 def status_writer(auth):
     """The resource status written at every admission, from the nodes' markers.
 
@@ -703,7 +736,10 @@ def status_writer(auth):
             specs = entry.get("packages") or []
             pending = {t for t in pending if t in res.eligible or t not in by_name
                        or still_to_do(res, by_name[t], specs)}
+        if override is None and entry.get("held") and entry.get("held_work"):
+            override, message = "waiting", entry["held"]
         return compute_status(res.name, raw_nodes, res.targets, entry.get("packages") or [], override=override,
                               message=message, generation=entry.get("generation"), current=current,
-                              pending=pending)
+                              pending=pending, uninstalling=set(entry.get("uninstalling") or ()) & pending,
+                              refused=entry.get("refused") or ())
     return write

@@ -14,13 +14,25 @@ same kinds under the later ``nodewright.nvidia.com`` group) become
 names are the same where the concept is the same, so most of a resource carries over
 unchanged; the ``pause`` and ``disable`` annotations move to ``nodewright.io/``.
 
-A field that has no NodeWright equivalent is an error naming the field, never a
-silent loss. To convert anyway, name it in ``drop`` (shell-style patterns over field
-paths, e.g. ``spec.packages.*.resources``; the ``desired_state`` module's option
-``skyhook_drop``, the playbooks' variable ``nodewright_skyhook_drop``); every dropped
-or adjusted field is listed in the result's notes. The result is validated against
-NodeWright's rules before it is returned. Every problem of a resource is reported at
-once, not only the first.
+Upstream's objects are taken as upstream takes them:
+
+* versions as upstream's Go semver reads them (``1.2`` for ``1.2.0``, a leading ``v``),
+  kept as written: they are the image tag and the node-state key (``foobar|1.2``);
+* an image with a tag: upstream pulls ``image:version`` whatever the tag says, and so
+  does NodeWright; a tag that differs from the version is a warning that it is replaced;
+* fields that only shape upstream's package pods (``resources``, ``gracefulShutdown``,
+  ``agentImageOverride``): NodeWright runs the steps on the host itself, so they have
+  no meaning here and are left out with one warning each (``Conversion.warnings``).
+
+A field whose loss would change what happens on a node (an unknown field, an ``env``
+value from the pod's own fields) is an error naming the field and why, never a silent
+loss. To convert anyway, name it in ``drop`` (shell-style patterns over field paths,
+e.g. ``spec.packages.*.valueFrom.fieldRef``; the ``desired_state`` module's
+option ``skyhook_drop``, the playbooks' variable ``nodewright_skyhook_drop``); a field
+named there is left out with a note instead of a warning. Every dropped or adjusted
+field is listed in the result's notes. The result is validated against NodeWright's
+rules before it is returned. Every problem of a resource is reported at once, not only
+the first.
 """
 
 from __future__ import annotations
@@ -62,12 +74,14 @@ _SAME_POLICY_FIELDS = ("default", "compartments", "resetBatchStateOnCompletion")
 _SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
                     "deletionGracePeriodSeconds", "managedFields", "selfLink", "finalizers", "ownerReferences")
 
-_WHY_NO_EQUIVALENT = {
+# Package fields that only shape upstream's package pods: without meaning here, they are
+# left out with a warning each (why, in words).
+_POD_ONLY_PACKAGE_FIELDS = {
     "resources": "NodeWright runs package steps on the host, not in a package pod, so there are no pod "
                  "resources to set",
     "gracefulShutdown": "NodeWright runs package steps on the host, not in a package pod, so there is no pod "
                         "grace period",
-    "agentImageOverride": "NodeWright runs packages itself, without the Skyhook agent image",
+    "agentImageOverride": "NodeWright runs the package's steps itself, without upstream's agent image",
 }
 
 
@@ -82,6 +96,9 @@ class Conversion(object):
 
     resource: dict
     notes: List[str] = field(default_factory=list)
+    # Fields accepted but without meaning here (upstream's package pods) and image tags
+    # replaced by the version: one line each, naming the field.
+    warnings: List[str] = field(default_factory=list)
 
 
 # How the hint of a field without an equivalent says to leave it out: the argument of
@@ -96,11 +113,22 @@ class _Converter(object):
         self.drop = tuple(drop or ())
         self.drop_hint = drop_hint
         self.notes = []
+        self.warnings = []
         self.problems = Problems()
+
+    def dropped(self, path):
+        return any(fnmatch.fnmatchcase(path, pattern) for pattern in self.drop)
+
+    def ignored(self, path, why):
+        """Leave out a field without meaning here: a warning, or a note when the caller named it in drop."""
+        if self.dropped(path):
+            self.notes.append("dropped %s: %s" % (path, why))
+        else:
+            self.warnings.append("%s is ignored: %s" % (path, why))
 
     def without_equivalent(self, path, why, value=None):
         """Drop the field if the caller allowed it; otherwise record the refusal, naming it."""
-        if any(fnmatch.fnmatchcase(path, pattern) for pattern in self.drop):
+        if self.dropped(path):
             self.notes.append("dropped %s: %s" % (path, why))
             return
         shown = "" if value is None else " (%s)" % _short(value)
@@ -164,10 +192,11 @@ class _Converter(object):
                     out["env"] = self.env(value, path)
             elif key == "uninstall":
                 out[key] = _set_fields(value)
-            elif key in _WHY_NO_EQUIVALENT:
-                self.without_equivalent(path, _WHY_NO_EQUIVALENT[key], value)
+            elif key in _POD_ONLY_PACKAGE_FIELDS:
+                self.ignored(path, _POD_ONLY_PACKAGE_FIELDS[key])
             else:
-                self.without_equivalent(path, "not a Skyhook package field NodeWright knows", value)
+                self.without_equivalent(path, "not an upstream package field NodeWright knows, so what it "
+                                              "would change on a node cannot be done", value)
         if pkg.get("image"):
             with self.problems.collect():
                 self.image(pkg["image"], out, where)
@@ -188,10 +217,11 @@ class _Converter(object):
             repository, tag = repository.rsplit(":", 1)
         problems = Problems()
         if tag is not None:
-            if tag != out.get("version"):
-                problems.add(ValidationError("image tag %r differs from version %r" % (tag, out.get("version")), field=path,
-                                             hint="NodeWright takes the image tag from version; remove the tag from image "
-                                             "or make version match it"))
+            version = out.get("version")
+            if tag != version:
+                # Upstream pulls image:version whatever the tag says (its simple-skyhook test relies on it).
+                self.warnings.append("%s: tag %r is replaced by the version (%s:%s is pulled, as upstream does)"
+                                     % (path, tag, repository, version))
             else:
                 self.notes.append("%s: removed tag %r (the tag comes from version)" % (path, tag))
         if digest is not None:
@@ -275,10 +305,9 @@ class _Converter(object):
                                   "dependency order")
             elif key == "drainConfig":
                 out_spec[key] = _set_fields(value)
-            elif key in _WHY_NO_EQUIVALENT:
-                self.without_equivalent(path, _WHY_NO_EQUIVALENT[key], value)
             else:
-                self.without_equivalent(path, "not a Skyhook field NodeWright knows", value)
+                self.without_equivalent(path, "not an upstream field NodeWright knows, so what it would change "
+                                              "cannot be done", value)
         if out_spec.get("autoTaintNewNodes") is True and out_spec.get("runtimeRequired") is not True:
             self.notes.append("spec.autoTaintNewNodes has no effect without spec.runtimeRequired (Skyhook ignores "
                               "it too)")
@@ -313,8 +342,10 @@ def convert(obj, drop=(), drop_hint=DROP_HINT):
     """Convert one Skyhook ``Skyhook`` or ``DeploymentPolicy`` object; return a Conversion.
 
     ``drop``: patterns of field paths without a NodeWright equivalent that may be left
-    out (e.g. ``["spec.packages.*.resources", "spec.drainConfig"]``). ``drop_hint``: how
-    an error tells the caller to name a field in ``drop`` (``%r`` is the field's path).
+    out (e.g. ``["spec.packages.*.valueFrom.fieldRef"]``; a field of upstream's package
+    pods named there is left out without a warning). ``drop_hint``: how an error tells
+    the caller to name a field in ``drop`` (``%r`` is the field's path). The result's
+    ``warnings`` name each field left out for having no meaning here.
     Raises ``ValidationError`` naming every problem of the object.
     """
     if not isinstance(obj, dict):
@@ -333,7 +364,7 @@ def convert(obj, drop=(), drop_hint=DROP_HINT):
     else:
         raise ValidationError("cannot convert kind %r of %s" % (kind, api_version), field="kind",
                               hint="expected %s or %s" % (main_kind, KIND_DEPLOYMENT_POLICY))
-    return Conversion(resource=resource, notes=converter.notes)
+    return Conversion(resource=resource, notes=converter.notes, warnings=converter.warnings)
 
 
 def convert_skyhook(obj, drop=()):

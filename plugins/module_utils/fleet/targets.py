@@ -5,23 +5,28 @@
 the one rule the rollout, new-node gating, drift checks, status and the inventory use.
 
 A resource targets the nodes its ``spec.nodeSelectors`` selects, minus ignored ones:
-labelled ``nodewright.io/ignore=true`` or Skyhook's ``skyhook.nvidia.com/ignore=true``.
+labelled ``nodewright.io/ignore=true``, or upstream NodeWright's ``nodewright.nvidia.com/ignore=true``
+(``skyhook.nvidia.com/ignore=true`` before its rename).
 """
 
 from __future__ import annotations
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import LABEL_IGNORE, SKYHOOK_IGNORE
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
+    LABEL_IGNORE,
+    SKYHOOK_IGNORE,
+    UPSTREAM_IGNORE,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import (
     Requirement,
     Selector,
     from_label_selector,
 )
 
-IGNORE_LABELS = (LABEL_IGNORE, SKYHOOK_IGNORE)
+IGNORE_LABELS = (LABEL_IGNORE, UPSTREAM_IGNORE, SKYHOOK_IGNORE)
 
 
 def is_ignored(labels):
-    """Nodes labelled ``nodewright.io/ignore=true`` (or Skyhook's ignore label) are left alone."""
+    """Nodes labelled ``nodewright.io/ignore=true`` (or upstream's ignore label) are left alone."""
     labels = labels or {}
     return any(labels.get(key) == "true" for key in IGNORE_LABELS)
 

@@ -116,7 +116,7 @@ class RolloutState(object):
     """
 
     def __init__(self, policy, batches=None, succeeded=(), failed=(), blocked=(), wave_number=0,
-                 pending=None, version=None):
+                 pending=None, version=None, soak_until=None):
         self.policy = policy
         self.batches = dict(batches or {})
         self.succeeded = set(succeeded)
@@ -125,6 +125,9 @@ class RolloutState(object):
         self.wave_number = wave_number
         self.pending = pending
         self.version = version
+        # compartment -> when its soakTime after its last batch ends (this run only: a new
+        # run does not soak what an earlier one finished)
+        self.soak_until = dict(soak_until or {})
 
     def batch(self, compartment):
         if compartment not in self.batches:
@@ -308,12 +311,19 @@ class WaveDecision(object):
     notes: List[str] = field(default_factory=list)
     halted: Dict[str, int] = field(default_factory=dict)
     next_window: Optional[datetime.datetime] = None
+    soak_until: Optional[datetime.datetime] = None  # WAITING only for a soakTime: when it ends
+    gate: Optional[object] = None                   # the alert gate's check (an alerts.GateCheck), when checked
 
     def to_dict(self):
-        return {"status": self.status, "reason": self.reason,
-                "wave": self.wave.to_dict() if self.wave is not None else None,
-                "notes": list(self.notes), "halted": dict(self.halted),
-                "nextWindow": self.next_window.isoformat() if self.next_window else None}
+        out = {"status": self.status, "reason": self.reason,
+               "wave": self.wave.to_dict() if self.wave is not None else None,
+               "notes": list(self.notes), "halted": dict(self.halted),
+               "nextWindow": self.next_window.isoformat() if self.next_window else None}
+        if self.soak_until is not None:
+            out["soakUntil"] = self.soak_until.isoformat()
+        if self.gate is not None:
+            out["alertGate"] = self.gate.to_dict()
+        return out
 
 
 def _names(items, limit=5):
@@ -340,7 +350,7 @@ def _halt_reason(name, batch, strategy, total):
 
 
 def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_size=None,
-              ignore_windows=False, resumable=(), eligible=None, deferred=()):
+              ignore_windows=False, resumable=(), eligible=None, deferred=(), ignore_soak=False):
     """Choose the next wave, or say why none may start.
 
     ``nodes``: the resource's nodes (mappings with name, labels, creationTimestamp, or
@@ -354,8 +364,9 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     given, only these nodes may be picked (the hosts this run can reach); the others
     are left to other runs. ``deferred``: nodes that wait for something else in the
     same run (a resource that comes first on them); neither picked nor counted as held.
-    ``now``: for maintenance windows (default: the current
-    time; naive = UTC). ``fleet_size``: the node count a percent
+    ``now``: for maintenance windows and soak times (default: the current
+    time; naive = UTC); a compartment whose ``soakTime`` after its last batch has not
+    passed takes no node (``ignore_soak`` for a dry run). ``fleet_size``: the node count a percent
     ``fleetDisruptionLimit`` is taken of (default: every node passed in).
 
     The chosen wave is remembered in ``state``; report its outcome with
@@ -437,8 +448,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         return decision(INCOMPLETE, "nothing left to try in this run: %s; fix or reset the failed nodes "
                         "and rerun to retry them" % ", ".join(parts))
 
+    moment = _aware(now if now is not None else datetime.datetime.now(datetime.timezone.utc))
     if policy.maintenance_windows and not ignore_windows:
-        moment = _aware(now if now is not None else datetime.datetime.now(datetime.timezone.utc))
         if not in_maintenance_window(policy.maintenance_windows, moment):
             upcoming = next_maintenance_window(policy.maintenance_windows, moment)
             return decision(WAITING, "outside every maintenance window (%s); the next opens at %s"
@@ -472,11 +483,18 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
 
     picks = {}
     waits = []
+    soaking = []
     for comp in policy.all_compartments:
         if comp.name not in candidates:
             continue
         group = members[comp.name]
         label = "default compartment" if comp.name == DEFAULT_COMPARTMENT else "compartment %r" % comp.name
+        until = state.soak_until.get(comp.name)
+        if until is not None and not ignore_soak and moment < until:
+            soaking.append(until)
+            waits.append("%s: soaking until %s (soakTime %s after its last batch)"
+                         % (label, until.isoformat(timespec="seconds"), _duration(comp.soak_time)))
+            continue
         pickable = candidates[comp.name]
         batch = state.batch(comp.name)
         wanted = comp.effective_strategy.next_batch_size(len(group), len(pickable), batch)
@@ -521,7 +539,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
 
     notes.extend(waits)
     if not picks:
-        return decision(WAITING, "no node may start now: " + "; ".join(waits))
+        return decision(WAITING, "no node may start now: " + "; ".join(waits),
+                        soak_until=min(soaking) if soaking else None)
 
     state.wave_number += 1
     wave = Wave(number=state.wave_number,
@@ -533,12 +552,20 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         "%s (%d)" % (name, len(names)) for name, names in picks.items())), wave=wave)
 
 
-def record_wave_result(state, succeeded=(), failed=(), blocked=()):
+def _duration(seconds):
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join("%d%s" % (n, u) for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+def record_wave_result(state, succeeded=(), failed=(), blocked=(), now=None):
     """Record the outcome of the pending wave and update each compartment's batch state.
 
     ``blocked``: nodes that could not start (non-interruptible pods past their
     deadline); they count neither way. A node of the wave reported in no list counts
-    as failed: losing track of a node is not a success. Returns compartment →
+    as failed: losing track of a node is not a success. A compartment with a ``soakTime``
+    soaks from ``now`` (default: the current time). Returns compartment →
     {succeeded, failed, blocked, successPercent, batchFailed, shouldStop, evaluated}.
     """
     wave = state.pending
@@ -569,6 +596,10 @@ def record_wave_result(state, succeeded=(), failed=(), blocked=()):
         stuck = sum(1 for n in nodes if n in blocked)
         result = strategy.record_batch(state.batch(name), ok, bad, wave.totals.get(name, len(nodes)))
         result.update({"succeeded": ok, "failed": bad, "blocked": stuck})
+        if comp is not None and comp.soak_time:
+            moment = _aware(now if now is not None else datetime.datetime.now(datetime.timezone.utc))
+            state.soak_until[name] = moment + datetime.timedelta(seconds=comp.soak_time)
+            result["soakUntil"] = state.soak_until[name].isoformat(timespec="seconds")
         outcome[name] = result
     state.succeeded |= succeeded
     state.failed |= failed

@@ -53,6 +53,10 @@ CONDITION_DRAIN_BLOCKED = PREFIX + "/DrainBlocked"
 # Condition of a NodeWright resource (and the reason of the Event on it) while one of
 # its nodes waits for non-interruptible pods; upstream NodeWright's name.
 CONDITION_NON_INTERRUPT = "NonInterruptPodsRunning"
+# Condition of a NodeWright resource while PodDisruptionBudgets refuse the evictions of a
+# drain on one of its nodes: one line per node (``NODE: what refuses, since when``);
+# upstream NodeWright's name.
+CONDITION_RESOURCE_DRAIN_BLOCKED = "DrainBlocked"
 # Reason of the Erroring condition on a node whose state annotation cannot be parsed.
 REASON_MALFORMED_STATE = "MalformedState"
 
@@ -69,6 +73,11 @@ EVENT_COMPLETE = "NodeWrightComplete"
 EVENT_DRIFT = "NodeWrightDrift"
 EVENT_RUNTIME_READY = "NodeWrightRuntimeReady"
 EVENT_REAPPLY = "NodeWrightReapply"
+# `nodewright adopt` recorded what upstream NodeWright had completed on the node.
+EVENT_ADOPTED = "NodeWrightAdopted"
+# A person changed a package's recorded state by hand (nodewright node update-state, reset --package).
+EVENT_STATE_UPDATED = "NodeWrightStateUpdated"
+EVENT_PACKAGE_RESET = "NodeWrightPackageReset"
 
 # Node status values (label value and state annotation "status")
 STATUS_COMPLETE = "complete"
@@ -84,6 +93,16 @@ STATUSES = (STATUS_COMPLETE, STATUS_IN_PROGRESS, STATUS_ERRORING, STATUS_BLOCKED
 GPU_OPERATOR_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 SKYHOOK_IGNORE = "skyhook.nvidia.com/ignore"
+
+# Upstream NodeWright's marks (NVIDIA's operator, formerly Skyhook: prefix nodewright.nvidia.com
+# from v0.18, skyhook.nvidia.com before). NodeWright recognises them where it recognises its own
+# (``node/upstream.py`` reads the operator's node state for ``nodewright adopt``).
+UPSTREAM_PREFIX = "nodewright.nvidia.com"
+SKYHOOK_PREFIX = "skyhook.nvidia.com"
+UPSTREAM_IGNORE = UPSTREAM_PREFIX + "/ignore"
+# The operator's runtime-required taints (``<key>=runtime-required:NoSchedule``): a node carrying
+# one is gated like one carrying TAINT_RUNTIME_REQUIRED, and loses it when its gate opens.
+UPSTREAM_RUNTIME_TAINT_KEYS = (UPSTREAM_PREFIX, SKYHOOK_PREFIX)
 
 
 def state_annotation(resource):

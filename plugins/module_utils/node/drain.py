@@ -208,7 +208,7 @@ class Drainer(object):
     """Evicts the pods of one node and waits until they are gone."""
 
     def __init__(self, core, node, opts, clock=time.monotonic, sleep=time.sleep, signal=None,
-                 signal_interval=SIGNAL_INTERVAL, showing_blocked=False):
+                 signal_interval=SIGNAL_INTERVAL, showing_blocked=False, resource=None):
         self.core = core
         self.node = node
         self.opts = opts
@@ -221,7 +221,8 @@ class Drainer(object):
         # pod -> {"pdb", "since"} while its eviction is refused (a 429 not yet followed by success)
         self.refused = {}
         self.signal = signal or DrainBlockedSignal(
-            node, lambda patch: node_ops.patch_node_status(core, node, patch), showing=showing_blocked)
+            node, lambda patch: node_ops.patch_node_status(core, node, patch), showing=showing_blocked,
+            resource_line=resource_drain_line(core, resource, node) if resource else None)
         self.signal_interval = signal_interval
 
     def _delete_options(self):
@@ -377,6 +378,30 @@ def drain_refusals(refused, verb="refuses"):
     return "; ".join(parts)
 
 
+DRAIN_NOT_BLOCKED = "no drain of a node of this resource is held by a PodDisruptionBudget"
+
+
+def drain_blocked_text(node):
+    """What holds the drain of ``node`` now (its nodewright.io/DrainBlocked condition while
+    True, without the node's name), or ''."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == markers.CONDITION_DRAIN_BLOCKED and cond.get("status") == "True":
+            text = str(cond.get("message") or "")
+            name = (node.get("metadata") or {}).get("name")
+            prefix = "drain of node %s is waiting: " % name
+            return " ".join((text[len(prefix):] if text.startswith(prefix) else text).split()) or "blocked"
+    return ""
+
+
+def resource_drain_line(core, resource, node):
+    """Writes ``node``'s line of the resource's ``DrainBlocked`` condition (None removes it)."""
+    def write(text):
+        return node_ops.set_resource_node_line(
+            core, resource, markers.CONDITION_RESOURCE_DRAIN_BLOCKED, node, text, REASON_BLOCKED, REASON_PROCEEDING,
+            DRAIN_NOT_BLOCKED)
+    return write
+
+
 def drain_blocked_showing(node):
     """Whether ``node`` (a dict) says its drain is blocked now."""
     cond = node_ops.current_condition(node or {}, markers.CONDITION_DRAIN_BLOCKED)
@@ -395,9 +420,11 @@ class DrainBlockedSignal(object):
     sends one node status patch; the condition is written only when what holds the drain
     changes. A write that fails never fails the drain: it is kept in ``errors``."""
 
-    def __init__(self, node, write, now=None, showing=False):
+    def __init__(self, node, write, now=None, showing=False, resource_line=None):
         self.node = node
         self.write = write
+        # The line of this node in the resource's DrainBlocked condition (None: no resource).
+        self.resource_line = resource_line
         self.now = now or node_ops.now_iso
         # What the condition says now: None (not True), or the (pod, pdb) pairs it names.
         # ``showing``: the node already says True (a run that died mid-drain), so this one
@@ -424,10 +451,18 @@ class DrainBlockedSignal(object):
             if self._write("True", REASON_BLOCKED, "drain of node %s is waiting: %s"
                            % (self.node, drain_refusals(refused)), drain_blocked_since(refused)):
                 self.shown = names
+                self._resource(drain_refusals(refused))
         elif not refused and self.shown:
             if self._write("False", REASON_PROCEEDING, "drain of node %s: the refused evictions went through"
                            % self.node, self.now()):
                 self.shown = None
+                self._resource(None)
+
+    def _resource(self, text):
+        # Advisory, like the resource's NonInterruptPodsRunning: a resource that is not in the
+        # cluster (packages given to a play directly) has no condition to write.
+        if self.resource_line is not None:
+            self.resource_line(text)
 
     def finish(self, refused):
         """The evictions are over: a True condition becomes False, saying whether the
@@ -439,6 +474,7 @@ class DrainBlockedSignal(object):
                 self.node, drain_refusals(refused, verb="still refused"))
             if self._write("False", REASON_ENDED, message, self.now()):
                 self.shown = None
+                self._resource(None)
         else:
             self.update({})
 

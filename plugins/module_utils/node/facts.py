@@ -19,10 +19,10 @@ import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import (
-    LABEL_IGNORE,
     LABEL_STATUS,
     STATUSES,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import is_ignored
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.state import states_by_resource
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import (
     LABEL_ARCH,
@@ -251,7 +251,7 @@ def node_facts(node, zone_labels=DEFAULT_ZONE_LABELS, pool_labels=DEFAULT_POOL_L
         "pool": _first_label(labels, pool_labels),
         "gpu": gpu_facts(labels, capacity, allocatable, arch),
         "nodewright": nodewright_state(labels, annotations),
-        "ignored": labels.get(LABEL_IGNORE) == "true",
+        "ignored": is_ignored(labels),
     }
 
 

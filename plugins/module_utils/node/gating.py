@@ -11,6 +11,12 @@ resource with ``autoTaintNewNodes`` selects it. The taint comes off only when ev
 resources are looked at in priority order, so the first one still missing is the
 one a person is told about. A failed package keeps the taint, and says so.
 
+Upstream NodeWright's runtime-required taints (``nodewright.nvidia.com=runtime-required``,
+and ``skyhook.nvidia.com=runtime-required`` from before its rename) gate a node just the
+same: a node carrying one is tainted, no second taint is added to it, and when its gate
+opens every recognised runtime-required taint comes off, as the operator itself removes
+both its current and its legacy key.
+
 The decisions are pure functions over plain dicts (nodes as the API returns them,
 NodeWright objects); ``enforce`` and ``add_taint`` at the end carry them out through
 the API, for the ``node_gate`` module and the reconciler alike.
@@ -68,8 +74,20 @@ def node_taints(node):
     return list(((node or {}).get("spec") or {}).get("taints") or [])
 
 
+def recognised_keys(key=markers.TAINT_RUNTIME_REQUIRED):
+    """The runtime-required taint keys that gate a node: ``key`` and upstream's."""
+    return (key,) + tuple(k for k in markers.UPSTREAM_RUNTIME_TAINT_KEYS if k != key)
+
+
+def present_taints(node, key=markers.TAINT_RUNTIME_REQUIRED):
+    """The recognised runtime-required taint keys ``node`` carries, in ``recognised_keys`` order."""
+    keys = {t.get("key") for t in node_taints(node)}
+    return [k for k in recognised_keys(key) if k in keys]
+
+
 def has_taint(node, key=markers.TAINT_RUNTIME_REQUIRED):
-    return any(t.get("key") == key for t in node_taints(node))
+    """Whether ``node`` carries the runtime-required taint ``key``, or upstream's."""
+    return bool(present_taints(node, key))
 
 
 def _labels(node):
@@ -150,6 +168,8 @@ def decide(node, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     message) are what to record, or None.
     """
     tainted = has_taint(node, taint_key)
+    if tainted:
+        taint_key = ", ".join(present_taints(node, taint_key))
     gating = gating_resources(resources, node)
     entries = []
     for r in gating:
@@ -253,18 +273,20 @@ def gate_condition(node, decision):
 
 def taint_patch(node, present, key=markers.TAINT_RUNTIME_REQUIRED):
     """Patch that adds (``present``) or removes the runtime-required taint, or None.
+    Upstream's taints count as present and are removed with it; only ``key`` is added.
 
     Taints are a list without a merge key, so the whole list is written; the node's
     resourceVersion makes the API server refuse the patch (409) when somebody changed
     the node in between, instead of losing their taint.
     """
     taints = node_taints(node)
-    if present == any(t.get("key") == key for t in taints):
+    if present == has_taint(node, key):
         return None
     if present:
         new = taints + [runtime_taint(key)]
     else:
-        new = [t for t in taints if t.get("key") != key]
+        gone = recognised_keys(key)
+        new = [t for t in taints if t.get("key") not in gone]
     patch = {"spec": {"taints": new}}
     version = ((node or {}).get("metadata") or {}).get("resourceVersion")
     if version:

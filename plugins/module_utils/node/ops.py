@@ -226,6 +226,57 @@ def set_resource_condition(core, resource, condition):
         return False
 
 
+def node_lines(message, node, text):
+    """A condition message holding one line per node (``NODE: text``, sorted by node)
+    with ``node``'s line set to ``text``, or removed when ``text`` is None."""
+    lines = {}
+    for line in (message or "").splitlines():
+        name, sep, rest = line.partition(": ")
+        if sep and name and " " not in name:
+            lines[name] = rest
+    if text is None:
+        lines.pop(node, None)
+    else:
+        lines[node] = " ".join(str(text).split())
+    return "\n".join("%s: %s" % (name, lines[name]) for name in sorted(lines))
+
+
+def set_resource_node_line(core, resource, ctype, node, text, reason, clear_reason, clear_message, attempts=3):
+    """Set (``text``) or remove (None) ``node``'s line in the resource condition ``ctype``:
+    True with ``reason`` while any node has a line, False with ``clear_reason`` and
+    ``clear_message`` once none has. Written with the resourceVersion read, read again
+    when another writer (a drain of another node) won the race; ``lastTransitionTime``
+    changes only with the status. Advisory: returns False when it could not be written,
+    never raises."""
+    custom = k8s_client.CustomObjectsApi(core.api_client)
+    for _attempt in range(attempts):
+        try:
+            current = custom.get_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
+                                                              resource)
+            conditions = (current.get("status") or {}).get("conditions") or []
+            old = next((c for c in conditions if c.get("type") == ctype), None) or {}
+            message = node_lines(old.get("message") if old.get("status") == "True" else "", node, text)
+            new = ({"type": ctype, "status": "True", "reason": reason, "message": message} if message else
+                   {"type": ctype, "status": "False", "reason": clear_reason, "message": clear_message})
+            if not old and new["status"] == "False":
+                return True     # nothing was ever blocked: no condition to clear
+            if all(old.get(k) == new[k] for k in ("status", "reason", "message")):
+                return True
+            new["lastTransitionTime"] = old.get("lastTransitionTime") if old.get("status") == new["status"] and \
+                old.get("lastTransitionTime") else now_iso()
+            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                    "status": {"conditions": [c for c in conditions if c.get("type") != ctype] + [new]}}
+            custom.patch_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
+                                                      resource, body)
+            return True
+        except ApiException as exc:
+            if getattr(exc, "status", None) != 409:
+                return False
+        except Exception:  # noqa: BLE001 - a status note is never worth failing maintenance for
+            return False
+    return False
+
+
 def aggregate_status(statuses):
     """One node-level status from the per-resource ones (worst wins)."""
     order = [markers.STATUS_ERRORING, markers.STATUS_BLOCKED, markers.STATUS_IN_PROGRESS,
@@ -304,7 +355,11 @@ def patch_node_status(core, name, patch):
     return call("patch status of node %s" % name, core.patch_node_status, name, patch)
 
 
-def clear_marks_patch(node, resource):
+def clear_marks_patch(node, resource, keep=()):
+    """Metadata patch that removes ``resource``'s status label and state annotation.
+    ``keep``: packages whose entries stay in the annotation (a deleted resource's
+    packages that were not uninstalled and so are still on the node); the annotation
+    goes only when none of them is recorded."""
     labels = (node.get("metadata") or {}).get("labels") or {}
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     meta = {"labels": {}, "annotations": {}}
@@ -314,7 +369,15 @@ def clear_marks_patch(node, resource):
                 and k != markers.status_label(resource)]
         meta["labels"][markers.LABEL_STATUS] = aggregate_status(rest)
     if markers.state_annotation(resource) in annotations:
-        meta["annotations"][markers.state_annotation(resource)] = None
+        state = read_state(node, resource)
+        kept = {name: entry for name, entry in node_state.package_entries(state).items() if name in keep} \
+            if "error" not in state else {}
+        if kept:
+            value = json.dumps({"packages": kept, "updated": state.get("updated") or now_iso()}, sort_keys=True)
+            if value != annotations[markers.state_annotation(resource)]:
+                meta["annotations"][markers.state_annotation(resource)] = value
+        else:
+            meta["annotations"][markers.state_annotation(resource)] = None
     meta = {k: v for k, v in meta.items() if v}
     return {"metadata": meta} if meta else None
 

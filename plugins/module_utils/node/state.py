@@ -13,7 +13,8 @@ the runtime-required gate, the reconciler, the CLI - reads it through
 cannot be parsed (a hand edit gone wrong): it is reported, never trusted and
 never overwritten. Readers get ``{"error": <what is wrong and how to fix it>}``;
 writers call ``refuse_to_overwrite`` first; a rollout leaves such a node out and
-marks it with the ``nodewright.io/Erroring`` condition (reason ``MalformedState``).
+marks it with the ``nodewright.io/Erroring`` condition (reason ``MalformedState``),
+and re-evaluates that condition once the state reads again (``repaired_malformed``).
 
 Stdlib only: the package runner on the node uses it too.
 """
@@ -111,6 +112,20 @@ def states_by_resource(annotations):
         except UnreadableState as exc:
             out[resource] = {"error": exc.reason}
     return out
+
+
+def repaired_malformed(node):
+    """The node carries the ``nodewright.io/Erroring`` condition for a malformed state
+    (reason ``MalformedState``) and every NodeWright state on it reads again: the mark
+    is stale and is to be re-evaluated (a node without work is never visited, so a
+    rollout or the reconciler does it)."""
+    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == markers.CONDITION_ERRORING:
+            if cond.get("status") != "True" or cond.get("reason") != REASON_MALFORMED:
+                return False
+            annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+            return not any("error" in v for v in states_by_resource(annotations).values())
+    return False
 
 
 def package_entries(state):

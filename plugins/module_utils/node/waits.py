@@ -233,23 +233,35 @@ def validation_job_name(prefix, node, now):
     return "%s-%s-%d" % (prefix[:30].rstrip("-"), part, int(now))
 
 
-def run_validation_job(api_client, node, spec, timeout, clock=time.monotonic, sleep=time.sleep):
-    """Run an operator-supplied validation Job pinned to ``node``; wait for success."""
-    from kubernetes import client as k8s_client
-    batch = k8s_client.BatchV1Api(api_client)
+def validation_job_manifest(node, spec, now, tolerations=()):
+    """The Job ``spec`` asks for, pinned to ``node``: its pods tolerate the cordon, the
+    runtime-required taints and ``tolerations`` (a resource's additionalTolerations)."""
     ns = spec.get("namespace", "default")
     template = json.loads(json.dumps(spec["template"]))
     pod_spec = template.setdefault("spec", {})
     pod_spec["nodeName"] = node
     pod_spec.setdefault("restartPolicy", "Never")
-    tolerations = pod_spec.setdefault("tolerations", [])
-    tolerations.append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"})
-    tolerations.append({"key": markers.TAINT_RUNTIME_REQUIRED, "operator": "Exists"})
-    name = validation_job_name(spec.get("name", "nodewright-validate"), node, time.time())
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "nodewright"}},
-           "spec": {"backoffLimit": spec.get("backoff_limit", 0), "ttlSecondsAfterFinished": 3600,
-                    "template": template}}
+    pod_tolerations = pod_spec.setdefault("tolerations", [])
+    pod_tolerations.append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"})
+    for key in (markers.TAINT_RUNTIME_REQUIRED,) + markers.UPSTREAM_RUNTIME_TAINT_KEYS:
+        pod_tolerations.append({"key": key, "operator": "Exists"})
+    for toleration in tolerations or ():
+        if toleration not in pod_tolerations:
+            pod_tolerations.append(dict(toleration))
+    name = validation_job_name(spec.get("name", "nodewright-validate"), node, now)
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "nodewright"}},
+            "spec": {"backoffLimit": spec.get("backoff_limit", 0), "ttlSecondsAfterFinished": 3600,
+                     "template": template}}
+
+
+def run_validation_job(api_client, node, spec, timeout, clock=time.monotonic, sleep=time.sleep, tolerations=()):
+    """Run an operator-supplied validation Job pinned to ``node`` (``validation_job_manifest``);
+    wait for success."""
+    from kubernetes import client as k8s_client
+    batch = k8s_client.BatchV1Api(api_client)
+    job = validation_job_manifest(node, spec, time.time(), tolerations)
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     call("create validation job on %s" % node, batch.create_namespaced_job, ns, job)
     deadline = clock() + timeout
     while clock() < deadline:

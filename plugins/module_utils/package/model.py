@@ -39,10 +39,14 @@ SKYHOOK_NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
 STEP_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]+$")
 CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A package version as upstream NodeWright takes it (Go's golang.org/x/mod/semver with the
+# leading v optional): MAJOR.MINOR.PATCH with an optional pre-release and build, or the
+# shorthands MAJOR.MINOR and MAJOR, which stand for MAJOR.MINOR.0 and MAJOR.0.0. The text
+# is kept as written (it is the image tag and the node-state key); it compares as padded.
 SEMVER_RE = re.compile(
-    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"^v?(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*)"
     r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?)?)?$")
 
 STAGES = ("apply", "config", "upgrade", "uninstall", "post-interrupt")
 CHECK_SUFFIX = "-check"
@@ -69,16 +73,17 @@ SKYHOOK_STEP_FIELDS = {"name": "name", "path": "path", "arguments": "arguments",
 # --------------------------------------------------------------------------- versions
 
 class Version(object):
-    """A semantic version (semver 2.0.0) with its precedence rules."""
+    """A semantic version (semver 2.0.0) with its precedence rules; ``1.2`` and ``1``
+    (and a leading ``v``) are shorthands of ``1.2.0`` and ``1.0.0``, equal to them."""
 
     __slots__ = ("text", "major", "minor", "patch", "prerelease", "build")
 
     def __init__(self, text):
         m = SEMVER_RE.match(text) if isinstance(text, str) else None
         if not m:
-            raise ValueError("%r is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)" % (text,))
+            raise ValueError("%r is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0, or MAJOR.MINOR)" % (text,))
         self.text = text
-        self.major, self.minor, self.patch = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        self.major, self.minor, self.patch = int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)
         self.prerelease = tuple(m.group(4).split(".")) if m.group(4) else ()
         self.build = m.group(5) or ""
 

@@ -31,6 +31,10 @@ rerun          a stage was asked to run again (``nodewright package       that s
                complete and it is to be applied again (reapplyOnReboot)
 uninstall      ``state: absent``, or not desired and ``prune``            uninstall
 interrupt      done, but the interrupt it asked for has not happened yet  (none)
+exhausted      same version and config, erroring at a stage whose         (none: see retries.py)
+               attempts used up the retry budget (stageRetries)
+downgrade-     desired version is older and the package has               (none: uninstall it first)
+refused        uninstall.enabled (refuseDowngrade)
 post-interrupt the interrupt happened (phase ``post-interrupt``, or a     post-interrupt
                reboot seen in the main phase through a new boot id)
 none           nothing to do
@@ -76,6 +80,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.model imp
     config_hashes,
     is_version,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as _retries
 
 PHASE_MAIN = "main"
 PHASE_POST_INTERRUPT = "post-interrupt"
@@ -92,6 +97,11 @@ ACTION_UNINSTALL = "uninstall"
 ACTION_INTERRUPT = "interrupt"
 ACTION_POST_INTERRUPT = "post-interrupt"
 ACTION_NONE = "none"
+# Nothing runs, and the node is left alone: the retry budget of the failed stage is spent,
+# or the wanted version is a downgrade that needs an explicit uninstall first (retries.py).
+ACTION_EXHAUSTED = "exhausted"
+ACTION_DOWNGRADE_REFUSED = "downgrade-refused"
+REFUSED_ACTIONS = (ACTION_EXHAUSTED, ACTION_DOWNGRADE_REFUSED)
 # Actions that run steps on the node.
 WORKING_ACTIONS = (ACTION_APPLY, ACTION_UPGRADE, ACTION_DOWNGRADE, ACTION_REINSTALL, ACTION_CONFIG,
                    ACTION_RESUME, ACTION_RERUN, ACTION_UNINSTALL, ACTION_POST_INTERRUPT)
@@ -319,11 +329,16 @@ def normalize_desired(spec, index=0):
         "configInterrupts": {k: normalize_interrupt(v, field_path(field_path(where, "configInterrupts"), k))
                              for k, v in config_interrupts.items()},
         "dependsOn": dict(deps), "reapplyOnReboot": bool(spec.get("reapplyOnReboot")),
+        "stageRetries": spec.get("stageRetries"), "refuseDowngrade": bool(spec.get("refuseDowngrade")),
     }
 
 
 PACKAGE_SPEC_KEYS = ("name", "src", "version", "config", "env", "interrupt", "config_interrupts", "depends_on",
-                     "state", "stage_timeout", "reapply_on_reboot")
+                     "state", "stage_timeout", "reapply_on_reboot", "stage_retries", "retry_backoff",
+                     "refuse_downgrade")
+# Keys a NodeWright resource's specs carry besides the module's options: ``env_from``
+# (Secret and ConfigMap references, read by nodewright.fleet.maintain when the package runs).
+RESOURCE_SPEC_KEYS = ("env_from",)
 
 
 def desired_from_spec(spec, package=None, index=0, where=None, config_field="config"):
@@ -336,22 +351,22 @@ def desired_from_spec(spec, package=None, index=0, where=None, config_field="con
     errors: ``packages[0]``/``config`` for the module, ``spec.packages.<name>``/
     ``configMap`` for a resource."""
     where = where or "packages[%d]" % index
-    unknown = sorted(set(spec) - set(PACKAGE_SPEC_KEYS))
+    unknown = sorted(set(spec) - set(PACKAGE_SPEC_KEYS) - set(RESOURCE_SPEC_KEYS))
     if unknown:
         raise ValidationError("unknown key(s) %s" % ", ".join(unknown), field=where,
                               hint="allowed: %s" % ", ".join(PACKAGE_SPEC_KEYS))
     name, state = spec.get("name"), spec.get("state") or "present"
+    version = spec.get("version")
+    if version is not None and not is_version(version):
+        raise ValidationError("version %r of package %r is not a semantic version"
+                              % (version, name or (package.name if package else None)),
+                              field=field_path(where, "version"), hint="use MAJOR.MINOR.PATCH or MAJOR.MINOR")
     if package is not None:
-        if name and name != package.name and package.format == "nodewright":
-            raise ValidationError("the package at %s is %r, not %r" % (spec.get("src"), package.name, name),
-                                  field=field_path(where, "name"),
-                                  hint="fix name, or point src at the %s package" % name)
+        # A package is its name; src is only where its steps come from. The name and the
+        # version given win over the manifest's: one generic package (shellscript) serves
+        # under any name and version, each name with its own node state, host copy and logs.
         name = name or package.name
-        if spec.get("version") and spec["version"] != package.version:
-            raise ValidationError("%s at %s is version %s, not %s" % (name, spec.get("src"), package.version,
-                                                                      spec["version"]),
-                                  field=field_path(where, "version"),
-                                  hint="point src at version %s, or change version" % spec["version"])
+        version = version or package.version
     elif state == "present":
         raise ValidationError("package %r has no source" % (name,), field=field_path(where, "src"),
                               hint="give src (a package directory) or the name of a shipped package")
@@ -365,8 +380,9 @@ def desired_from_spec(spec, package=None, index=0, where=None, config_field="con
         return spec[key] if spec.get(key) is not None else default
 
     return {
-        "name": name, "state": state, "version": package.version if package else spec.get("version"),
+        "name": name, "state": state, "version": version,
         "config": config, "where": where, "reapplyOnReboot": bool(spec.get("reapply_on_reboot")),
+        "stageRetries": spec.get("stage_retries"), "refuseDowngrade": bool(spec.get("refuse_downgrade")),
         "interrupt": pick("interrupt", package.interrupt.to_dict() if package else None),
         "configInterrupts": pick("config_interrupts", {k: v.to_dict() for k, v in package.config_interrupts.items()}
                                  if package else {}),
@@ -440,6 +456,13 @@ def plan_package(desired, recorded, boot_id=None):
                       interrupt=merge_interrupts([desired["interrupt"], pending]), depends_on=deps)
     unfinished = state != STATE_COMPLETE and stage in ("apply", "uninstall")
     cmp = (Version(version) > Version(have)) - (Version(version) < Version(have))
+    if cmp < 0 and desired.get("refuseDowngrade"):
+        return _entry(name, ACTION_DOWNGRADE_REFUSED, _retries.downgrade_reason(name, have, version), version,
+                      from_version=have, depends_on=deps)
+    if cmp == 0 and _retries.exhausted(recorded, desired.get("stageRetries")) and not changed_keys(
+            recorded.get("attemptedHashes", recorded.get("configHashes")), desired["configHashes"]):
+        return _entry(name, ACTION_EXHAUSTED, _retries.exhausted_reason(recorded, desired.get("stageRetries")),
+                      version, depends_on=deps)
     if cmp != 0 and unfinished:
         return _entry(name, ACTION_REINSTALL, "the %s of %s did not finish (%s)" % (stage, have, state), version,
                       from_version=have, stages=["uninstall", "apply", "config"], interrupt=desired["interrupt"],

@@ -43,6 +43,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner i
     ACTION_NONE,
     ACTION_POST_INTERRUPT,
     ACTION_REINSTALL,
+    ACTION_RESUME,
+    REFUSED_ACTIONS,
     ACTION_UNINSTALL,
     STAGE_INTERRUPT,
     STAGE_UNINSTALL_INTERRUPT,
@@ -58,6 +60,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner i
     plan,
     state_entry,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.steps import (  # noqa: F401 - re-exported
     CHECK_FAILED,
     CHECK_SKIPPED,
@@ -120,14 +123,20 @@ class PackageRunner(PackageStore, StepExecutor):
         return final
 
     # ----------------------------------------------------------------- actions
-    def execute(self, entry, package=None, config=None, env=None, state=None, stage_timeout=None):
+    def execute(self, entry, package=None, config=None, env=None, state=None, stage_timeout=None, retries=None,
+                retry_backoff=None):
         """Carry out one plan entry. ``package`` is the desired package (None for an
         uninstall or post-interrupt, which use the copy on the host); ``state`` is
         the node state, updated in place; ``stage_timeout`` (seconds, None or 0 for
-        none) bounds each stage with its check. Returns the package's result; raises
-        ``StepFailed`` (the state then says ``erroring`` at the stage that failed)."""
+        none) bounds each stage with its check; a failed stage runs again up to
+        ``retries`` times (default none), ``retry_backoff`` seconds apart, doubling
+        (``retries.py``). Returns the package's result; raises ``StepFailed`` (the
+        state then says ``erroring`` at the stage that failed, with its attempts)."""
         state = state if state is not None else self.read_state()
         name, action = entry["name"], entry["action"]
+        if action in REFUSED_ACTIONS:
+            # Nothing is touched: the plan says why and what to do.
+            raise StepFailed("package %s: %s" % (name, entry.get("reason") or action))
         result = {"name": name, "action": action, "version": entry.get("version"),
                   "from_version": entry.get("from_version"), "stages": [], "steps": [], "checks": {},
                   "interrupt": dict(entry.get("interrupt") or {"type": "noop", "services": []}),
@@ -141,6 +150,14 @@ class PackageRunner(PackageStore, StepExecutor):
         current = {"stage": None, "version": entry.get("version") or entry.get("from_version"),
                    "hashes": previous.get("configHashes")}
         checks = dict(previous.get("checks") or {})
+        # Attempts of each stage of this piece of work: a resumed stage (a run that stopped
+        # mid-way) goes on counting; anything new asked of the package starts afresh.
+        attempts = dict(previous.get("attempts") or {}) if action == ACTION_RESUME and \
+            not entry.get("changed_keys") else {}
+        carried = bool(attempts)
+        total = package_retries.budget(retries)
+        backoff = package_retries.DEFAULT_RETRY_BACKOFF if retry_backoff is None else float(retry_backoff)
+        result["retries"] = []
         result["changed"] = True
 
         def mark(stage, status, version=None, **extra):
@@ -151,6 +168,12 @@ class PackageRunner(PackageStore, StepExecutor):
                       "boot_id": previous.get("bootId"), "checks": checks}
             fields.update(extra)
             packages[name] = state_entry(name, current["version"], stage, status, updated=iso(), **fields)
+            # Recorded once a stage failed (or a resumed count goes on): the budget at work.
+            if attempts and (status == STATE_ERRORING or result["retries"] or carried):
+                packages[name]["attempts"] = dict(attempts)
+                if config is not None:
+                    # The config those attempts had: another one is something new to try.
+                    packages[name]["attemptedHashes"] = config_hashes(config)
 
         def record_check(stage, ran, failed_stage=None):
             summary = check_summary(ran, stage)
@@ -164,6 +187,26 @@ class PackageRunner(PackageStore, StepExecutor):
             result["checks"][stage + CHECK_SUFFIX] = summary
 
         def run(pkg, stage, before_check=None, **ctx):
+            while True:
+                attempts[stage] = attempts.get(stage, 0) + 1
+                try:
+                    return run_once(pkg, stage, before_check, **ctx)
+                except StepFailed as exc:
+                    done = attempts[stage]
+                    if done >= total:
+                        exc.message = "%s\n%s" % (exc.message, (
+                            "stage %s failed %d time(s): its retry budget is spent (stageRetries %d)"
+                            % (stage, done, total - 1)) if total > 1 else "stage %s is not retried (stageRetries 0)"
+                            % stage)
+                        raise
+                    delay = package_retries.backoff_delay(done, backoff)
+                    result["retries"].append({"stage": stage, "attempt": done, "error": exc.message.splitlines()[0],
+                                              "log": exc.log, "retry_in_s": delay})
+                    mark(stage, STATE_IN_PROGRESS, version=pkg.version)
+                    self.write_state(state)  # a run that stops during the pause goes on counting
+                    time.sleep(delay)
+
+        def run_once(pkg, stage, before_check=None, **ctx):
             mark(stage, STATE_IN_PROGRESS, version=pkg.version)
             self.prepare_dirs(pkg)
             run_ctx = dict(context, stage=stage, **ctx)
@@ -324,7 +367,8 @@ class PackageRunner(PackageStore, StepExecutor):
     def run_plan(self, plan, sources=None, state=None):
         """Carry out a whole plan in its order, stopping at the first failure.
 
-        ``sources`` maps package name to ``(Package, config, env[, stage_timeout])``.
+        ``sources`` maps package name to ``(Package, config, env[, stage_timeout[, retries[,
+        retry_backoff]]])``.
         Returns ``(results, state)``; on failure raises ``StepFailed`` with
         ``results`` (of all packages so far) and ``state`` attributes. The node
         state is written to the host after each package."""
@@ -382,10 +426,11 @@ class PackageRunner(PackageStore, StepExecutor):
     def _run_plan(self, plan, sources, state):
         results = []
         for entry in plan["packages"]:
-            source = tuple(sources.get(entry["name"], ())) + (None,) * 4
-            package, config, env, stage_timeout = source[:4]
+            source = tuple(sources.get(entry["name"], ())) + (None,) * 6
+            package, config, env, stage_timeout, retries, retry_backoff = source[:6]
             try:
-                results.append(self.execute(entry, package, config, env, state, stage_timeout=stage_timeout))
+                results.append(self.execute(entry, package, config, env, state, stage_timeout=stage_timeout,
+                                            retries=retries, retry_backoff=retry_backoff))
             except StepFailed as exc:
                 results.append({"name": entry["name"], "action": entry["action"], "version": entry.get("version"),
                                 "from_version": entry.get("from_version"), "steps": exc.results,
@@ -446,6 +491,12 @@ def check_packages(host_root="/", resource="default", recorded_state=None, keep_
                                                                                   entry.get("state"))})
                 continue
             stored = runner.stored_package(name, entry["version"])
+            if stored is None and entry.get("adoptedFrom"):
+                # Taken over from upstream NodeWright, which ran it from its image: no copy here to
+                # check with until NodeWright applies a version of it itself.
+                skipped.append({"name": name, "reason": "adopted from upstream NodeWright (%s): its checks are not "
+                                                        "on the host" % entry["adoptedFrom"]})
+                continue
             if stored is None:
                 drifted.append({"name": name, "version": entry["version"], "stage": None, "log": None,
                                 "message": "the package copy is missing from %s"
@@ -470,14 +521,17 @@ def check_packages(host_root="/", resource="default", recorded_state=None, keep_
 
 
 def run_packages(specs, host_root="/", resource="default", recorded_state=None, prune=False, phase="main",
-                 check_mode=False, keep_logs=KEEP_LOGS, stage_timeout=None):
+                 check_mode=False, keep_logs=KEEP_LOGS, stage_timeout=None, adopted=None):
     """Load, plan and run packages on a host root: the whole job of the
     ``nodewright.fleet.package`` module, usable without Ansible.
 
     ``specs`` are package specs (name, src directory, version, config, env,
     interrupt, config_interrupts, depends_on, state, stage_timeout).
     ``recorded_state`` None means the state the host keeps. ``stage_timeout``
-    (seconds) is the default of the specs' own. Returns ``{changed, plan,
+    (seconds) is the default of the specs' own. ``adopted`` (name -> entry) are the
+    packages ``nodewright adopt`` recorded complete from upstream NodeWright's state:
+    each one the host's state does not record is taken as recorded, so that it is
+    not applied again. Returns ``{changed, plan,
     results, state, interrupt}``; in check mode nothing runs and ``state`` is the
     recorded one. Raises ``ValidationError`` before anything runs, or
     ``StepFailed`` (with ``plan``, ``state`` and ``package_results``)."""
@@ -488,13 +542,20 @@ def run_packages(specs, host_root="/", resource="default", recorded_state=None, 
         package = load_package(spec["src"]) if spec.get("src") else None
         item = desired_from_spec(spec, package, n)
         if package is not None:
-            package.name = item["name"]  # a Skyhook package takes the name it has on the node
+            # The package runs as the name and version it has in the resource, whatever its
+            # manifest says: its host copy, flags, logs, history and node state are theirs.
+            package.name, package.version = item["name"], item["version"]
             runner.check_source(package)
         desired.append(item)
         timeout = parse_stage_timeout(spec.get("stage_timeout"), "packages[%d].stage_timeout" % n)
         sources[item["name"]] = (package, item["config"], spec.get("env") or {},
-                                 timeout if timeout is not None else default_timeout)
+                                 timeout if timeout is not None else default_timeout,
+                                 _retries_option(spec.get("stage_retries"), "packages[%d].stage_retries" % n),
+                                 parse_duration(spec.get("retry_backoff"), "packages[%d].retry_backoff" % n,
+                                                what="retry backoff"))
     recorded = normalize_state(recorded_state if recorded_state is not None else runner.read_state())
+    for name, entry in sorted(normalize_state(adopted or {})["packages"].items()):
+        recorded["packages"].setdefault(name, entry)
     decided = plan(desired, recorded, prune=prune, phase=phase, boot_id=runner.root.boot_id())
     if check_mode:
         return {"changed": decided["changed"], "plan": decided, "results": [], "state": finalize_state(recorded),
@@ -506,6 +567,16 @@ def run_packages(specs, host_root="/", resource="default", recorded_state=None, 
         raise
     return {"changed": any(r["changed"] for r in results), "plan": decided, "results": results, "state": state,
             "interrupt": pending_interrupt(state)}
+
+
+def _retries_option(value, field):
+    """A stage's retries: None (the default) or a whole number from 0 to 10."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= package_retries.MAX_RETRIES:
+        raise ValidationError("stage retries must be a whole number from 0 to %d, got %r"
+                              % (package_retries.MAX_RETRIES, value), field=field)
+    return value
 
 
 def parse_stage_timeout(value, field):

@@ -247,12 +247,14 @@ class PackageStore(object):
         outer = self.root.outer(self.package_dir(name, version))
         if not os.path.isdir(outer):
             return None
-        return self._load_copy(outer, name)
+        return self._load_copy(outer, name, version)
 
     @staticmethod
-    def _load_copy(path, name):
+    def _load_copy(path, name, version):
         package = load_package(path)
-        package.name = name  # a Skyhook package_name may differ from the name it has on the node
+        # A copy is the package under the name and version it was installed as (its
+        # directory), whatever the manifest it came with says (shellscript as "setup" 2.1).
+        package.name, package.version = name, version
         return package
 
     def stored_config(self, package):
@@ -305,7 +307,7 @@ class PackageStore(object):
             os.rename(tmp, dest)
             shutil.rmtree(old, ignore_errors=True)
         self.write_config(dest, package.effective_config(config))
-        return self._load_copy(dest, package.name)
+        return self._load_copy(dest, package.name, package.version)
 
     def write_config(self, package_root, config):
         cdir = os.path.join(package_root, CONFIG_DIRNAME)

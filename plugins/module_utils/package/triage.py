@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""Triage on the host: a package's step logs (also while a step runs) and marking a
-stage to run again - what ``nodewright package logs`` and ``nodewright package
-rerun`` do through the ``nodewright.fleet.package`` module, over whatever connection
-reaches the node (local host root, SSH, the k8s node pod).
+"""Triage on the host: a package's step logs (also while a step runs), marking a
+stage to run again, and recovery - a package's stage and state set by hand, or the
+package forgotten - what ``nodewright package logs``, ``nodewright package rerun``,
+``nodewright node update-state`` and ``nodewright reset NODE --package`` do through
+the ``nodewright.fleet.package`` module, over whatever connection reaches the node
+(local host root, SSH, the k8s node pod).
 
 Stdlib only: this runs on the node.
 """
@@ -12,10 +14,18 @@ Stdlib only: this runs on the node.
 from __future__ import annotations
 
 import os
+import shutil
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import ALL_STAGES
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import finalize_state, mark_rerun
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import ALL_STAGES, NAME_RE, STAGES
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.planner import (
+    STATE_COMPLETE,
+    STATE_ERRORING,
+    STATE_IN_PROGRESS,
+    finalize_state,
+    mark_rerun,
+    normalize_state,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.runner import PackageRunner
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.store import LOG_ROOT
 
@@ -105,6 +115,78 @@ def mark_rerun_on_host(host_root, resource, name, stage):
     with runner.locked():
         state = runner.read_state()
         return runner.write_state(mark_rerun(state, name, stage))
+
+
+# States ``nodewright node update-state`` may set, and the stages it may set them at.
+SETTABLE_STATES = (STATE_COMPLETE, STATE_IN_PROGRESS, STATE_ERRORING)
+SETTABLE_STAGES = STAGES
+
+
+def _recorded_entry(state, name, version=None):
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValidationError("%r is not a package name" % (name,), field="package")
+    entry = state["packages"].get(name)
+    if entry is None:
+        raise ValidationError("package %r is not recorded on the node" % name, field="package",
+                              hint="recorded: %s" % (", ".join(sorted(state["packages"])) or "none"))
+    if version is not None and entry.get("version") != version:
+        raise ValidationError("package %r is recorded at version %s on the node, not %s"
+                              % (name, entry.get("version"), version), field="version")
+    return entry
+
+
+def set_package_state(state, name, stage=None, new_state=None, version=None):
+    """A copy of a node state in which package ``name`` is at ``stage`` (default: the
+    one recorded) with ``new_state``: what ``nodewright node update-state`` writes. A
+    rerun asked before is dropped. Raises ``ValidationError`` for a package not
+    recorded (at ``version``, when given), or a stage or state that cannot be set."""
+    new = normalize_state(state)
+    entry = _recorded_entry(new, name, version)
+    stage = stage or entry.get("stage")
+    if stage not in SETTABLE_STAGES:
+        raise ValidationError("package %r is at stage %r, which cannot be set by hand" % (name, stage), field="stage",
+                              hint="give the stage: one of %s" % ", ".join(SETTABLE_STAGES))
+    if new_state not in SETTABLE_STATES:
+        raise ValidationError("state %r cannot be set" % (new_state,), field="package_state",
+                              hint="one of %s" % ", ".join(SETTABLE_STATES))
+    if stage == "upgrade" and not entry.get("fromVersion"):
+        raise ValidationError("package %r has no unfinished upgrade, so it cannot be at stage upgrade" % name,
+                              field="stage", hint="give apply, config or post-interrupt")
+    entry = {k: v for k, v in entry.items() if k != "rerun"}
+    entry.update(stage=stage, state=new_state)
+    new["packages"][name] = entry
+    return finalize_state(new)
+
+
+def forget_package(state, name, version=None):
+    """A copy of a node state without package ``name``: the next rollout applies it
+    from the start (``nodewright reset NODE --package``)."""
+    new = normalize_state(state)
+    _recorded_entry(new, name, version)
+    del new["packages"][name]
+    return finalize_state(new)
+
+
+def update_state_on_host(host_root, resource, name, stage, new_state, version=None):
+    """``set_package_state`` on the state the host keeps for ``resource``, under the
+    host's run lock (refused while a package run or its step holds it). Returns
+    ``(state before, state after)``."""
+    runner = PackageRunner(host_root, resource=resource)
+    with runner.locked():
+        before = finalize_state(runner.read_state())
+        return before, runner.write_state(set_package_state(before, name, stage, new_state, version))
+
+
+def reset_on_host(host_root, resource, name, version=None):
+    """Forget package ``name`` in the state the host keeps for ``resource`` and its
+    finished steps' flags, under the host's run lock: the next rollout applies it from
+    the start, every step included. Returns ``(state before, state after)``."""
+    runner = PackageRunner(host_root, resource=resource)
+    with runner.locked():
+        before = finalize_state(runner.read_state())
+        after = forget_package(before, name, version)
+        shutil.rmtree(runner.root.outer(runner.flag_dir(name)), ignore_errors=True)
+        return before, runner.write_state(after)
 
 
 def recorded(host_root, resource):

@@ -37,6 +37,8 @@ def translate(*argv):
     (["pause", "gpu-tuning"], ["pause", "gpu-tuning"], False),
     (["resume", "gpu-tuning"], ["resume", "gpu-tuning"], False),
     (["reset", "h100-0000", "--resource", "gpu-tuning"], ["reset", "h100-0000", "--resource", "gpu-tuning"], False),
+    (["reset", "h100-0000", "--package", "sysctl", "-y"], ["reset", "h100-0000", "--package", "sysctl", "--yes"],
+     False),
     (["version", "-o", "yaml"], ["version", "--json"], True),
     (["--kubeconfig", "/k", "--context", "c", "status"], ["--kubeconfig", "/k", "--context", "c", "status"], False),
 ])

@@ -36,7 +36,7 @@ MUST_SHIP = ["MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.m
 # Development, test and CI files, build output and local state.
 MUST_NOT_SHIP = [".ci", ".collections", ".venv", ".git", ".gitignore", ".ansible-lint", "Makefile", "pyproject.toml",
                  "requirements-dev.txt", "execution-environment.yml", "collections", "bench", "simulator",
-                 "extensions", "build", "bin", "tests/unit", "tests/integration",
+                 "extensions", "build", "bin", "tests/unit", "tests/integration", "tests/conformance",
                  "tests/fixtures", "tests/conftest.py", "tests/sanity/run.sh", "tests/sanity/get_pip_offline.py",
                  "changelogs/.plugin-cache.yaml", "nodewright-report.json", "nodewright-report.html"]
 

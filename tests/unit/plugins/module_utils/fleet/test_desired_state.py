@@ -17,6 +17,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 
 pytestmark = pytest.mark.unit
 
@@ -184,3 +185,54 @@ def test_has_work_judges_a_node_from_its_markers_as_they_are_now():
     unreadable = node("n1", annotations={markers.state_annotation("tuning"): "{hand edited"})
     assert [desired_state.has_work(specs, n, "tuning") for n in (fresh, finished, older, midway, unreadable)] == [
         True, False, True, True, True]
+
+
+def test_additional_tolerations_reach_the_validation_job_of_each_node():
+    taint = {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoExecute",
+             "tolerationSeconds": 60}
+    described = describe(nodewright(additionalTolerations=[taint]), [node("n1")])
+    assert described["tolerations"] == [taint]
+    assert describe(nodewright(), [node("n1")])["tolerations"] == []
+    job = node_waits.validation_job_manifest("n1", {"template": {"spec": {"containers": []}}}, 0,
+                                             described["tolerations"])
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "n1" and taint in pod["tolerations"]
+    # the cordon and the runtime-required taint are tolerated with or without it
+    assert {t["key"] for t in pod["tolerations"]} >= {"node.kubernetes.io/unschedulable", "dedicated"}
+
+
+class _Lookup(object):
+    def __init__(self, objects):
+        self.objects, self.calls = objects, []
+
+    def __call__(self, kind, name, key):
+        self.calls.append((kind, name, key))
+        return self.objects.get((kind, name), {}).get(key)
+
+
+def test_env_value_from_is_a_reference_in_the_spec_and_read_when_the_package_runs():
+    env = [{"name": "PLAIN", "value": "x"},
+           {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+           {"name": "ZONE", "valueFrom": {"configMapKeyRef": {"name": "site", "key": "zone", "optional": True}}}]
+    packages = {"shellscript": {"version": "1.0.0", "configMap": dict(SCRIPTS), "env": env}}
+    lookup = _Lookup({("Secret", "creds"): {"token": "t0k"}})
+    specs = desired_state.package_specs(nodewright(packages=packages), PACKAGES, env_lookup=lookup)
+    assert specs[0]["env"] == {"PLAIN": "x"}
+    assert specs[0]["env_from"] == {
+        "TOKEN": {"kind": "Secret", "name": "creds", "key": "token", "optional": False},
+        "ZONE": {"kind": "ConfigMap", "name": "site", "key": "zone", "optional": True}}
+    assert "t0k" not in json.dumps(specs)
+    # the missing optional key is left unset; the present one is read
+    assert desired_state.resolve_env_from(specs[0]["env_from"], lookup) == {"TOKEN": "t0k"}
+
+
+def test_a_required_env_value_from_that_is_missing_refuses_the_resource():
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}]
+    packages = {"shellscript": {"version": "1.0.0", "configMap": dict(SCRIPTS), "env": env}}
+    with pytest.raises(ValidationError) as exc:
+        desired_state.package_specs(nodewright(packages=packages), PACKAGES, env_lookup=_Lookup({}))
+    assert "Secret nodewright/creds has no key 'token'" in str(exc.value)
+    assert "spec.packages.shellscript.env.TOKEN.valueFrom" in str(exc.value)
+    with pytest.raises(ValidationError):
+        desired_state.resolve_env_from({"TOKEN": {"kind": "Secret", "name": "creds", "key": "token",
+                                                  "optional": False}}, _Lookup({}))

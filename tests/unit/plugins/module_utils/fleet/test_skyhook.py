@@ -188,21 +188,13 @@ def with_spec_field(key, value):
 
 
 @pytest.mark.parametrize("obj,field,message", [
-    (with_package_field("resources", {"cpuRequest": "100m", "cpuLimit": "500m", "memoryRequest": "64Mi",
-                                      "memoryLimit": "256Mi"}),
-     "spec.packages.tuning.resources", "no pod resources"),
-    (with_package_field("gracefulShutdown", "5m"), "spec.packages.tuning.gracefulShutdown", "grace period"),
-    (with_package_field("agentImageOverride", "ghcr.io/nvidia/skyhook/agent:6.4.2"),
-     "spec.packages.tuning.agentImageOverride", "agent image"),
-    (with_package_field("bogus", 1), "spec.packages.tuning.bogus", "not a Skyhook package field"),
+    (with_package_field("bogus", 1), "spec.packages.tuning.bogus", "not an upstream package field"),
     (with_package_field("name", "other"), "spec.packages.tuning.name", "differs from its key"),
-    (with_package_field("image", "ghcr.io/nvidia/skyhook-packages/tuning:1.3.0"), "spec.packages.tuning.image",
-     "image tag '1.3.0' differs from version '1.4.0'"),
     (with_package_field("image", "ghcr.io/nvidia/skyhook-packages/tuning@sha256:" + "6" * 64),
      "spec.packages.tuning.image", "differs from containerSHA"),
     (with_package_field("env", [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
      "spec.packages.tuning.env[0].valueFrom.fieldRef", "only secretKeyRef and configMapKeyRef"),
-    (with_spec_field("unknownField", True), "spec.unknownField", "not a Skyhook field"),
+    (with_spec_field("unknownField", True), "spec.unknownField", "not an upstream field"),
     (with_spec_field("interruptionBudget", {"count": 0}), "spec.interruptionBudget.count", "never let a node start"),
     (with_spec_field("interruptionBudget", "25%"), "spec.interruptionBudget", "must be a mapping"),
 ])
@@ -215,9 +207,46 @@ def test_fields_without_an_equivalent_are_named(obj, field, message):
 
 def test_the_hint_says_how_to_convert_anyway():
     with pytest.raises(ValidationError) as err:
-        convert(with_package_field("gracefulShutdown", "5m"))
+        convert(with_package_field("bogus", "5m"))
     assert err.value.hint == ("remove it from the source resource, or convert with "
-                              "drop=['spec.packages.tuning.gracefulShutdown'] to leave it out")
+                              "drop=['spec.packages.tuning.bogus'] to leave it out")
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("resources", {"cpuRequest": "100m", "cpuLimit": "500m", "memoryRequest": "64Mi", "memoryLimit": "256Mi"},
+     "no pod resources"),
+    ("gracefulShutdown", "5m", "no pod grace period"),
+    ("agentImageOverride", "ghcr.io/nvidia/skyhook/agent:6.4.2", "without upstream's agent image"),
+])
+def test_fields_of_upstreams_package_pods_are_ignored_with_one_warning_each(key, value, words):
+    result = convert(with_package_field(key, value))
+    assert key not in result.resource["spec"]["packages"]["tuning"]
+    (warning,) = result.warnings
+    assert warning.startswith("spec.packages.tuning.%s is ignored: NodeWright runs " % key) and words in warning
+    assert not any(key in note for note in result.notes)
+
+
+def test_an_image_tag_other_than_the_version_is_replaced_with_a_warning():
+    # Upstream pulls image:version whatever the tag says (its simple-skyhook test gives "bogus").
+    result = convert(with_package_field("image", "ghcr.io/nvidia/skyhook-packages/tuning:bogus"))
+    assert result.resource["spec"]["packages"]["tuning"]["image"] == "ghcr.io/nvidia/skyhook-packages/tuning"
+    assert result.resource["spec"]["packages"]["tuning"]["version"] == "1.4.0"
+    assert result.warnings == ["spec.packages.tuning.image: tag 'bogus' is replaced by the version "
+                               "(ghcr.io/nvidia/skyhook-packages/tuning:1.4.0 is pulled, as upstream does)"]
+    same = convert(with_package_field("image", "ghcr.io/nvidia/skyhook-packages/tuning:1.4.0"))
+    assert same.warnings == [] and any("removed tag '1.4.0'" in n for n in same.notes)
+
+
+@pytest.mark.parametrize("version,dependency", [("1.2", "1.2"), ("3.3", "3"), ("v1.4.0", "1.4")])
+def test_versions_are_taken_as_upstream_takes_them_and_kept_as_written(version, dependency):
+    obj = skyhook_from_cluster()
+    obj["spec"]["packages"]["tuning"]["version"] = version
+    obj["spec"]["packages"]["nvidia-setup"]["dependsOn"] = {"tuning": dependency}
+    result = convert(obj)
+    packages = result.resource["spec"]["packages"]
+    assert packages["tuning"]["version"] == version   # the image tag and node-state key, as upstream's
+    assert packages["nvidia-setup"]["dependsOn"] == {"tuning": dependency}
+    assert validate_nodewright(result.resource)["spec"]["packages"]["tuning"]["version"] == version
 
 
 def test_drop_leaves_named_fields_out_and_says_so():
@@ -229,13 +258,16 @@ def test_drop_leaves_named_fields_out_and_says_so():
     assert "resources" not in result.resource["spec"]["packages"]["tuning"]
     assert "agentImageOverride" not in result.resource["spec"]["packages"]["tuning"]
     assert sum(1 for note in result.notes if note.startswith("dropped spec.")) == 3
+    assert result.warnings == []   # named in drop: left out knowingly, no warning
 
 
 def test_drop_does_not_cover_other_fields():
-    obj = with_package_field("resources", {"cpuRequest": "100m"})
+    obj = with_package_field("bogus", 1)
     with pytest.raises(ValidationError) as err:
         convert(obj, drop="spec.packages.*.gracefulShutdown")
-    assert err.value.field == "spec.packages.tuning.resources"
+    assert err.value.field == "spec.packages.tuning.bogus"
+    result = convert(with_package_field("resources", {}), drop="spec.packages.*.gracefulShutdown")
+    assert result.warnings and result.warnings[0].startswith("spec.packages.tuning.resources is ignored")
 
 
 def upstream_nodewright():
@@ -296,7 +328,7 @@ def test_converted_resource_is_validated():
         convert(obj)
     assert err.value.field == "spec.interruptionBudget"
     obj = skyhook_from_cluster()
-    obj["spec"]["packages"]["tuning"]["version"] = "1.4"
+    obj["spec"]["packages"]["tuning"]["version"] = "1.4.0.1"
     with pytest.raises(ValidationError) as err:
         convert(obj)
     assert err.value.field == "spec.packages.tuning.version"
@@ -375,24 +407,25 @@ def test_kind_specific_entry_points():
 
 
 def test_every_problem_of_a_skyhook_object_is_reported_at_once():
-    obj = with_package_field("resources", {"cpuRequest": "100m"})
+    obj = with_package_field("bogus", {"cpuRequest": "100m"})
     obj["spec"]["packages"]["tuning"]["name"] = "other"
-    obj["spec"]["packages"]["tuning"]["gracefulShutdown"] = "30s"
+    obj["spec"]["packages"]["tuning"]["gracefulShutdown"] = "30s"   # a warning, not a problem
+    obj["spec"]["packages"]["tuning"]["other"] = "30s"
     obj["spec"]["sequencing"] = "sometimes"
     obj["spec"]["priority"] = 0
     with pytest.raises(ValidationError) as err:
         convert(obj)
     assert [e.field for e in err.value.errors] == [
-        "spec.packages.tuning.name", "spec.packages.tuning.resources", "spec.packages.tuning.gracefulShutdown",
+        "spec.packages.tuning.name", "spec.packages.tuning.bogus", "spec.packages.tuning.other",
         "spec.priority", "spec.sequencing"]
     assert str(err.value).startswith("5 problems: (1) spec.packages.tuning.name: package name 'other' differs")
-    assert "(2) spec.packages.tuning.resources: has no NodeWright equivalent" in str(err.value)
+    assert "(2) spec.packages.tuning.bogus: has no NodeWright equivalent" in str(err.value)
 
 
 def test_the_drop_hint_can_name_the_callers_own_option():
     with pytest.raises(ValidationError) as err:
-        convert(with_package_field("gracefulShutdown", "30s"), drop_hint="list %r in skyhook_drop")
-    assert err.value.hint == ("remove it from the source resource, or list 'spec.packages.tuning.gracefulShutdown' "
+        convert(with_package_field("bogus", "30s"), drop_hint="list %r in skyhook_drop")
+    assert err.value.hint == ("remove it from the source resource, or list 'spec.packages.tuning.bogus' "
                               "in skyhook_drop")
 
 

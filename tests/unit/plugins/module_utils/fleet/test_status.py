@@ -60,3 +60,19 @@ def test_override_and_untargeted_nodes_are_removed_from_the_status():
     assert status["status"] == "halted" and status["message"] == "halted by policy"
     assert status["nodeStatus"]["gone"] is None
     assert [c["status"] for c in status["conditions"] if c["type"] == "Blocked"] == ["True"]
+
+
+def test_drain_blocked_names_each_node_whose_drain_a_budget_holds_and_is_false_otherwise():
+    held = node("a", "in_progress", {})
+    held["status"]["conditions"] = [{"type": "nodewright.io/DrainBlocked", "status": "True",
+                                     "message": "drain of node a is waiting: PodDisruptionBudget ns/p refuses to "
+                                                "evict ns/x since 2026-12-01T00:00:01Z"}]
+    free = node("b", "complete", {})
+    free["status"]["conditions"] = [{"type": "nodewright.io/DrainBlocked", "status": "False", "message": "x"}]
+    status = compute_status("r", [held, free], ["a", "b"], PACKAGES)
+    cond = [c for c in status["conditions"] if c["type"] == "DrainBlocked"][0]
+    assert (cond["status"], cond["reason"]) == ("True", "EvictionRefused")
+    assert cond["message"] == "a: PodDisruptionBudget ns/p refuses to evict ns/x since 2026-12-01T00:00:01Z"
+    cond = [c for c in compute_status("r", [free], ["b"], PACKAGES)["conditions"] if c["type"] == "DrainBlocked"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "EvictionsAccepted")
+    assert cond["message"] == "no drain of a node of this resource is held by a PodDisruptionBudget"

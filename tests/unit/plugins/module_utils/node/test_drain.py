@@ -177,3 +177,42 @@ def test_a_condition_that_cannot_be_written_never_stops_the_drain():
     assert not drain.drain_blocked_showing({"status": {"conditions": [
         {"type": "nodewright.io/DrainBlocked", "status": "False"}]}})
     assert not drain.drain_blocked_showing(None)
+
+
+def test_the_resource_gets_a_line_for_the_node_while_its_drain_is_held_and_loses_it_after():
+    lines = []
+    sig = drain.DrainBlockedSignal("n1", lambda patch: None, now=lambda: T3, resource_line=lines.append)
+    sig.update({})
+    assert lines == []                                    # never held: the resource is not written
+    held = {"ns/a": {"pdb": "ns/strict", "since": T1}}
+    sig.update(held)
+    sig.update(held)
+    assert lines == ["PodDisruptionBudget ns/strict refuses to evict ns/a since %s" % T1]
+    sig.update({})
+    assert lines[-1] is None and len(lines) == 2
+    sig.update(held)
+    sig.finish(held)                                      # the drain ends held: the line goes too
+    assert lines[-2:] == [lines[0], None]
+
+
+def test_node_lines_keep_one_line_per_node_sorted():
+    from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops
+    message = ops.node_lines("", "n2", "PodDisruptionBudget ns/a refuses to evict ns/p since %s" % T1)
+    message = ops.node_lines(message, "n1", "PodDisruptionBudget ns/b refuses\nto evict ns/q since %s" % T2)
+    assert message == ("n1: PodDisruptionBudget ns/b refuses to evict ns/q since %s\n"
+                       "n2: PodDisruptionBudget ns/a refuses to evict ns/p since %s" % (T2, T1))
+    message = ops.node_lines(message, "n1", "something else")
+    assert message.splitlines()[0] == "n1: something else"
+    assert ops.node_lines(ops.node_lines(message, "n1", None), "n2", None) == ""
+    assert ops.node_lines("a sentence: with no node in front", "n1", None) == ""
+
+
+def test_what_holds_a_drain_is_read_from_the_node_condition_without_its_name():
+    def node(status, message):
+        return {"metadata": {"name": "n1"}, "status": {"conditions": [
+            {"type": "nodewright.io/DrainBlocked", "status": status, "message": message}]}}
+    assert drain.drain_blocked_text(node("True", "drain of node n1 is waiting: PodDisruptionBudget ns/a refuses "
+                                                 "to evict ns/p since %s" % T1)) == \
+        "PodDisruptionBudget ns/a refuses to evict ns/p since %s" % T1
+    assert drain.drain_blocked_text(node("False", "drain of node n1: the refused evictions went through")) == ""
+    assert drain.drain_blocked_text({"metadata": {"name": "n1"}}) == ""

@@ -106,7 +106,7 @@ DELETE = object()
 INVALID = [
     ("missing check stage", mutate(("stages", "apply-check"), DELETE), "stages.apply",
      "has steps but 'apply-check' has none", '"apply": [', True),
-    ("bad version", mutate(("version",), "1.0"), "version", "'1.0' is not a semantic version",
+    ("bad version", mutate(("version",), "1.0.0.1"), "version", "'1.0.0.1' is not a semantic version",
      '"version"', True),
     ("unknown interrupt type", mutate(("interrupt", "type"), "reboo"), "interrupt.type",
      "unknown interrupt type 'reboo'", '"type": "reboo"', True),
@@ -313,10 +313,18 @@ def test_version_precedence(a, b, expected):
     assert compare_versions(a, b) == expected
 
 
-@pytest.mark.parametrize("text", ["1.0", "v1.0.0", "01.0.0", "1.0.0-", ""])
+@pytest.mark.parametrize("text", ["01.0.0", "1.0.0-", "", "1.2.3.4", "1.02", "1.2-rc.1", "1.2+b", "vv1", "V1.0.0"])
 def test_not_a_version(text):
     with pytest.raises(ValueError):
         Version(text)
+
+
+@pytest.mark.parametrize("short,full", [("1.2", "1.2.0"), ("2", "2.0.0"), ("v1.2.3", "1.2.3"), ("v0.15", "0.15.0")])
+def test_shorthand_versions_are_kept_as_written_and_compare_padded(short, full):
+    # As upstream NodeWright takes them (Go's x/mod/semver, the v optional).
+    assert Version(short) == Version(full) and str(Version(short)) == short
+    assert compare_versions(short, full) == 0
+    assert compare_versions(short, "3.3") == -1 and compare_versions("3.3", "3.3.1") == -1
 
 
 def test_config_hashes_are_per_key_and_stable():

@@ -83,6 +83,39 @@ def version_of(tmp_path, version):
     return dest
 
 
+# --------------------------------------------------------------------------- a package is its name
+
+def two_from_one_source(beta_version="2.1", src=SHELLSCRIPT):
+    env = {"GREETING": "hello"}   # the Skyhook fixture's apply step takes env:GREETING
+    return [{"src": src, "name": "alpha", "version": "1.0.0", "config": scripts("alpha"), "env": env},
+            {"src": src, "name": "beta", "version": beta_version, "config": scripts("beta"), "env": env}]
+
+
+@pytest.mark.parametrize("src", [SHELLSCRIPT, SKYHOOK_SHELLSCRIPT], ids=["nodewright", "skyhook"])
+def test_two_packages_of_one_resource_from_one_source_keep_their_own_names_and_versions(root, src):
+    first = run_packages(two_from_one_source(src=src), host_root=root, resource="res")
+    assert [(r["name"], r["action"]) for r in first["results"]] == [("alpha", "apply"), ("beta", "apply")]
+    assert read(root, "/var/lib/applied-alpha") == "alpha\n" and read(root, "/var/lib/applied-beta") == "beta\n"
+    state = json.loads(read(root, "/var/lib/nodewright/state/res.json"))["packages"]
+    assert {n: (e["version"], e["state"]) for n, e in state.items()} == {
+        "alpha": ("1.0.0", "complete"), "beta": ("2.1", "complete")}
+    for name, version in (("alpha", "1.0.0"), ("beta", "2.1")):
+        copy = "/var/lib/nodewright/packages/res/%s/%s" % (name, version)
+        assert read(root, copy + "/configmaps/greeting") == name
+        if src == SHELLSCRIPT:   # the host copy's manifest says what it runs as
+            manifest = json.loads(read(root, copy + "/package.json"))
+            assert (manifest["name"], manifest["version"]) == (name, version)
+        assert json.loads(read(root, "/var/lib/nodewright/history/res/%s.json" % name))["version"] == version
+    assert not run_packages(two_from_one_source(src=src), host_root=root, resource="res")["changed"]
+
+    # The resource's version wins: beta 2.1 -> 2.2 from the same source is an upgrade of beta alone.
+    upgraded = run_packages(two_from_one_source("2.2", src=src), host_root=root, resource="res")
+    assert [(r["name"], r["action"]) for r in upgraded["results"]] == [("alpha", "none"), ("beta", "upgrade")]
+    assert exists(root, "/var/lib/nodewright/packages/res/beta/2.2")
+    assert not exists(root, "/var/lib/nodewright/packages/res/beta/2.1")
+    assert exists(root, "/var/lib/nodewright/packages/res/alpha/1.0.0")
+
+
 # --------------------------------------------------------------------------- per resource
 
 def test_two_resources_with_the_same_package_keep_their_own_records(root, tmp_path):

@@ -263,10 +263,18 @@ def test_desired_from_spec_merges_manifest_and_overrides():
     assert item["interrupt"] == {"type": "noop"} and item["configInterrupts"] == {}
 
 
+def test_a_package_is_its_name_and_version_whatever_its_source():
+    # One generic package (shellscript) under any name and version: the spec's win.
+    item = desired_from_spec({"name": "other", "src": "/p", "version": "2.0.0"}, FakePackage())
+    assert (item["name"], item["version"]) == ("other", "2.0.0")
+    item = desired_from_spec({"name": "short", "src": "/p", "version": "1.2"}, FakePackage())
+    assert item["version"] == "1.2"
+    assert desired_from_spec({"src": "/p"}, FakePackage())["version"] == "1.0.0"
+
+
 @pytest.mark.parametrize("spec,words", [
-    ({"name": "other", "src": "/p"}, "is 'pkg', not 'other'"),
-    ({"src": "/p", "version": "2.0.0"}, "is version 1.0.0, not 2.0.0"),
     ({"src": "/p", "colour": "red"}, "unknown key(s) colour"),
+    ({"name": "other", "src": "/p", "version": "1.2.3.4"}, "'1.2.3.4' of package 'other' is not a semantic version"),
 ])
 def test_desired_from_spec_rejects(spec, words):
     with pytest.raises(ValidationError) as caught:
