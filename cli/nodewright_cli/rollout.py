@@ -110,6 +110,12 @@ def add_parser(sub):
     p.add_argument("--alert-gate", metavar="YAML|FILE",
                    help="the run's alertGate (an inline YAML mapping or a file holding one): no node is admitted "
                         "while a matching alert fires; it replaces the policies' own (docs/deployment-policy.md)")
+    p.add_argument("--notify", metavar="URL", action="append", default=[],
+                   help="send the run's events (started, batch, blocked, halted, complete) to this Apprise URL "
+                        "(slack://..., msteams://..., json://host/path, ...); repeat for more; a failed "
+                        "notification never fails the rollout (docs/rollout.md)")
+    p.add_argument("--notify-events", metavar="EVENT,...",
+                   help="only these of started, batch, blocked, halted, complete (default: all)")
     p.add_argument("--state-resource", metavar="NAME",
                    help="keep the batch state in this NodeWright resource's status and resume from it")
     p.add_argument("--admission", action="store_true",
@@ -177,6 +183,29 @@ def load_policy_file(path):
         return parse_policy(doc, "policy"), "file %s" % path
     except ValidationError as exc:
         raise ValidationError(exc.message, hint=exc.hint, source=path)
+
+
+def load_notifier(args):
+    """The ``--notify`` URLs (and ``--notify-events``) as a Notifier; None without one."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.notify import Notifier, parse_notify
+    urls = list(getattr(args, "notify", None) or [])
+    events = getattr(args, "notify_events", None)
+    if events and not urls:
+        raise ValidationError("--notify-events without --notify", field="--notify-events",
+                              hint="name where the events go with --notify URL")
+    value = {"urls": urls, "events": [e.strip() for e in events.split(",") if e.strip()]} if events else urls
+    settings = parse_notify(value if urls else None, "--notify")
+    if settings is None:
+        return None
+    return Notifier(settings, warn=lambda text: print("nodewright rollout: %s" % text, file=sys.stderr, flush=True))
+
+
+def _notified(notifier, records):
+    if notifier is None:
+        return
+    for record in records:
+        record.notifications = list(notifier.log)
+    print("nodewright rollout: %s (%s)" % (notifier.summary(), notifier.settings.describe()), flush=True)
 
 
 def load_alert_gate(value):
@@ -341,6 +370,7 @@ class WaveRunnerCli(object):
         args = self.args
         policy, source = self.policy()
         policy = policy.with_alert_gate(load_alert_gate(args.alert_gate))
+        notifier = load_notifier(args)
         hosts = self.target_hosts()
         variables = self.host_variables()
         nodes = collect_nodes(hosts, lambda h: variables.get(h) or {}, self.auth)
@@ -390,7 +420,7 @@ class WaveRunnerCli(object):
               flush=True)
         hooks = WaveHooks(self, {name: record}, {name: keeper}, workdir)
         driver = RolloutDriver([res], fleet, hooks, holder_id=holder, wait_for_window=args.wait_for_window,
-                               capacity_timeout=3600 if args.admission else 0)
+                               capacity_timeout=3600 if args.admission else 0, notifier=notifier)
         hooks.driver = driver
         code = EXIT_OK
         status, reason = INTERRUPTED, "the run was interrupted"
@@ -404,6 +434,7 @@ class WaveRunnerCli(object):
             code = EXIT_ERROR
         finally:
             hooks.finish(status, reason)
+            _notified(notifier, [record])
             self.write_report(os.path.abspath(args.playbook), [record.to_dict(res.state)], hooks.reports, started)
             if not args.private_data_dir and not args.keep_artifacts:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -628,6 +659,7 @@ class ResourcesCli(WaveRunnerCli):
     def _run(self, workdir, started):
         args = self.args
         gate = load_alert_gate(args.alert_gate)  # checked before anything runs
+        notifier = load_notifier(args)
         planned, desired, play_name = self.plan(workdir)
         problem = plan_problem(planned.status, planned.rc, planned.report, desired)
         if problem:
@@ -658,7 +690,8 @@ class ResourcesCli(WaveRunnerCli):
         hooks = WaveHooks(self, records, keepers, workdir, playbook=self.playbook, extravars=self.extravars(),
                           cmdline=["-e", "@" + desired_vars], writer=status_writer(self.auth))
         driver = RolloutDriver(resources, fleet, hooks, holder_id=record_lock.holder_id if record_lock else "",
-                               wait_for_window=args.wait_for_window, capacity_timeout=CAPACITY_TIMEOUT, poll=5.0)
+                               wait_for_window=args.wait_for_window, capacity_timeout=CAPACITY_TIMEOUT, poll=5.0,
+                               notifier=notifier)
         hooks.driver = driver
         print("nodewright rollout: %s; artifacts in %s" % ("; ".join(
             "%s: %d node(s) with work, policy %s" % (r.name, len(r.work), records[r.name].source)
@@ -673,6 +706,7 @@ class ResourcesCli(WaveRunnerCli):
             print("nodewright rollout: %s" % exc, file=sys.stderr, flush=True)
         finally:
             hooks.finish(status, reason)
+            _notified(notifier, [records[r.name] for r in driver.resources])
             self.write_report(self.playbook, [records[r.name].to_dict(r.state, done=r.done)
                                               for r in driver.resources],
                               ([planned.report] if planned.report else []) + hooks.reports, started)

@@ -128,6 +128,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import list_node_maintenances
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 
 # How a Skyhook field without an equivalent is left out, in this module's words.
@@ -227,7 +228,8 @@ def run(module):
     holders, now, warning = _reservations(api)
     described = desired_state.describe_all(nodewrights, nodes, policies, p["package_dirs"], only=p["name"],
                                            holders=holders, now=now,
-                                           env_lookup=desired_state.env_lookup_for(api))
+                                           env_lookup=desired_state.env_lookup_for(api),
+                                           maintenance=list_node_maintenances(api))
     for entry in described["rollouts"]:
         entry["from_cluster"] = from_cluster
         entry["conversion_warnings"] = converted.get(("NodeWright", entry["name"]), [])

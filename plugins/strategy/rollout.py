@@ -66,7 +66,9 @@ notes:
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
     one; false: end the play and say when it opens); C(nodewright_rollout_alert_gate) (an C(alertGate)
     mapping that replaces every policy's for this run, see docs/deployment-policy.md);
-    C(nodewright_rollout_k8s_auth) (a mapping of the C(nodewright.fleet.k8s_auth) options, for the policy and
+    C(nodewright_rollout_notify) (Apprise URLs, a list of them, or a mapping with C(urls) and C(events), of
+    C(started), C(batch), C(blocked), C(halted), C(complete); a failed notification never fails the rollout; see
+    docs/rollout.md); C(nodewright_rollout_k8s_auth) (a mapping of the C(nodewright.fleet.k8s_auth) options, for the policy and
     Node reads); C(nodewright_rollout_workers)
     (C(processes), the default, forks a worker for every task, as the linear strategy does; C(threads) runs each
     node's M(nodewright.fleet.maintain) task in a thread of the controller when it has no loop, async, timeout,
@@ -137,6 +139,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver impo
     RolloutDriver,
     StaticFleet,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.notify import Notifier
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     COMPLETE,
     HALTED,
@@ -150,6 +153,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     OUTCOME_FACT,
     VAR_ADMISSION,
     VAR_ALERT_GATE,
+    VAR_NOTIFY,
     VAR_CAPACITY_TIMEOUT,
     VAR_DESIRED,
     VAR_DRIVER,
@@ -358,7 +362,7 @@ class StrategyModule(LinearStrategyModule):
         templar = Templar(loader=self._loader, variables=variables)
         wanted = (VAR_POLICY, VAR_POLICY_NAME, VAR_WAIT_FOR_WINDOW, VAR_K8S_AUTH, VAR_DRIVER, VAR_STATE_RESOURCE,
                   VAR_DESIRED, VAR_ADMISSION, VAR_RESERVATION_TTL, VAR_CAPACITY_TIMEOUT, VAR_LOCK_NAMESPACE,
-                  VAR_WORKERS, VAR_ALERT_GATE)
+                  VAR_WORKERS, VAR_ALERT_GATE, VAR_NOTIFY)
         return {name: templar.template(variables[name]) for name in wanted if name in variables}
 
     def _host_variables(self, host_name):
@@ -446,9 +450,10 @@ class StrategyModule(LinearStrategyModule):
         writer = status_writer(settings.k8s_auth) if settings.desired is not None else None
         hooks = StrategyHooks(self, iterator, play_context, by_name, original_tasks, records, keepers, writer)
         holder = fleet.record.holder_id if getattr(fleet, "record", None) is not None else ""
+        notifier = Notifier(settings.notify, warn=display.warning) if settings.notify is not None else None
         driver = RolloutDriver(resources, fleet, hooks, holder_id=holder, wait_for_window=settings.wait_for_window,
                                capacity_timeout=(settings.capacity_timeout if settings.capacity_timeout is not None
-                                                 else DEFAULT_CAPACITY_TIMEOUT), poll=5.0)
+                                                 else DEFAULT_CAPACITY_TIMEOUT), poll=5.0, notifier=notifier)
         hooks.driver = driver
         self._publish(records, resources)
         display.banner("NODEWRIGHT ROLLOUT [%s] %s" % (play.get_name(), "; ".join(
@@ -463,6 +468,10 @@ class StrategyModule(LinearStrategyModule):
             self._inventory.restrict_to_hosts(hosts)
             self._nw_fleet = None
             hooks.finish(status, reason)
+            if notifier is not None:
+                for rec in records.values():
+                    rec.notifications = list(notifier.log)
+                display.display("NodeWright notifications: %s (%s)" % (notifier.summary(), settings.notify.describe()))
             self._publish(records, resources)
             halted = [r.name for r in driver.resources if records[r.name].status == HALTED]
             if halted:

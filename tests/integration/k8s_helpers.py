@@ -65,8 +65,9 @@ def node_pods(sim, node):
     return [p for p in sim.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items]
 
 
-def ensure_crds(sim):
-    """Install deploy/crds/*.yaml on the simulator (idempotent) and wait until Established."""
+def ensure_crds(sim, paths=None):
+    """Install deploy/crds/*.yaml (or the CRD files ``paths``) on the simulator
+    (idempotent) and wait until Established."""
     import glob
     import os
 
@@ -74,7 +75,7 @@ def ensure_crds(sim):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ext = client.ApiextensionsV1Api(sim.api)
     names = []
-    for path in sorted(glob.glob(os.path.join(repo, "deploy", "crds", "*.yaml"))):
+    for path in paths or sorted(glob.glob(os.path.join(repo, "deploy", "crds", "*.yaml"))):
         crd = yaml.safe_load(open(path))
         names.append(crd["metadata"]["name"])
         try:

@@ -161,3 +161,75 @@ def test_a_node_under_the_gpu_operators_driver_upgrade_is_skipped_and_counted(si
     assert waves_from_report(proc.report) == [[busy]]
     assert node_marks(fleet, res)[busy] == ("complete", False)
     assert fleet.resource(res)["status"]["status"] == "complete"
+
+
+NVSENTINEL_STATE = "dgxc.nvidia.com/nvsentinel-state"
+NODE_MAINTENANCE_CRD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "crds",
+                                    "maintenance.nvidia.com_nodemaintenances.yaml")
+
+
+def test_nodes_in_nvsentinels_or_another_requestors_maintenance_are_skipped_and_counted(sim, tmp_path):
+    """Another controller's maintenance: a NodeMaintenance of another requestor (the
+    NVIDIA maintenance-operator's CRD, installed here as that operator installs it) and
+    NVSentinel's fault-handling label. Neither node is admitted, both hold a slot of the
+    fleet limit, the plan and the run say whose maintenance; once they are released the
+    next run finishes them."""
+    from kubernetes import client
+    from k8s_helpers import ensure_crds
+
+    fleet = Fleet(sim, tmp_path, [("h100", 5)])
+    held, quarantined = fleet.nodes[0], fleet.nodes[1]
+    custom = ensure_crds(sim, [NODE_MAINTENANCE_CRD])
+    ns = sim.namespace("maint")
+    request = {"apiVersion": "maintenance.nvidia.com/v1alpha1", "kind": "NodeMaintenance",
+               "metadata": {"name": "nic-fw-" + held, "namespace": ns},
+               "spec": {"requestorID": "nvidia.network.operator", "nodeName": held, "cordon": True}}
+    custom.create_namespaced_custom_object("maintenance.nvidia.com", "v1alpha1", ns, "nodemaintenances", request)
+    custom.patch_namespaced_custom_object_status(
+        "maintenance.nvidia.com", "v1alpha1", ns, "nodemaintenances", request["metadata"]["name"],
+        {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Draining", "message": "",
+                                    "lastTransitionTime": "2026-12-04T00:00:00Z"}]}})
+    sim.core.patch_node(quarantined, {"metadata": {"labels": {NVSENTINEL_STATE: "quarantined"},
+                                                   "annotations": {"quarantineHealthEvent": "[]"}}})
+    res = "maint-" + fleet.label
+    fleet.create("DeploymentPolicy", "maint-" + fleet.label, {
+        "default": {"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 2}}},
+        "fleetDisruptionLimit": {"count": 3}})
+    fleet.create("NodeWright", res, {
+        "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}}, "deploymentPolicy": "maint-" + fleet.label,
+        "packages": {"sysctl": {"version": "1.0.0", "configMap": {"vm.max_map_count": "262144"}}}})
+    by_requestor = "under maintenance requested by nvidia.network.operator (NodeMaintenance %s/nic-fw-%s, Draining)" \
+        % (ns, held)
+    by_nvsentinel = "under NVSentinel's fault handling (%s=quarantined)" % NVSENTINEL_STATE
+
+    path = tmp_path / "plan.json"
+    plan = fleet.playbook("plan.yml", "-e", "nodewright_resource=%s" % res, "-e", "nodewright_plan_path=%s" % path)
+    assert plan.returncode == 0, plan.stdout[-3000:]
+    (entry,) = json.loads(path.read_text())["rollouts"]
+    assert sorted(entry["unavailable"]) == sorted([held, quarantined])
+    assert entry["unavailable"][held].startswith(by_requestor)
+    assert entry["unavailable"][quarantined].startswith(by_nvsentinel)
+
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # Batches of 2 under a limit of 3, two slots held by the other controllers.
+    assert waves_from_report(proc.report) == [[n] for n in fleet.nodes[2:]]
+    (record,) = proc.report["rollout"]
+    assert record["status"] == "waiting", record["reason"]
+    assert "%s: %s" % (held, by_requestor) in record["reason"] and \
+        "%s: %s" % (quarantined, by_nvsentinel) in record["reason"], record["reason"]
+    marks = node_marks(fleet, res)
+    assert marks[held] == (None, False) and marks[quarantined] == (None, False), "left to their controllers"
+    assert all(marks[n] == ("complete", False) for n in fleet.nodes[2:])
+    assert fleet.resource(res)["status"]["nodeStatus"][held] == "waiting"
+
+    # Both released: the next run finishes them.
+    custom.delete_namespaced_custom_object("maintenance.nvidia.com", "v1alpha1", ns, "nodemaintenances",
+                                           request["metadata"]["name"], body=client.V1DeleteOptions())
+    sim.core.patch_node(quarantined, {"metadata": {"labels": {NVSENTINEL_STATE: None},
+                                                   "annotations": {"quarantineHealthEvent": None}}})
+    proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert sorted(n for w in waves_from_report(proc.report) for n in w) == sorted([held, quarantined])
+    assert node_marks(fleet, res) == {n: ("complete", False) for n in fleet.nodes}
+    assert fleet.resource(res)["status"]["status"] == "complete"

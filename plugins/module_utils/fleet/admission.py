@@ -16,9 +16,11 @@ each wave through here:
 2. It reads every Node once. A node is **disrupted** when it is reserved by a live
    holder, cordoned (by anyone), marked in progress by any NodeWright resource, or
    **unavailable**: NotReady (its Ready condition is not True, or it carries the node
-   lifecycle controller's not-ready or unreachable taint) or under the GPU Operator's
-   driver upgrade (``nvidia.com/gpu-driver-upgrade-state`` set, other than
-   ``upgrade-done``). Unavailability counts for the nodes the run targets (kured, the
+   lifecycle controller's not-ready or unreachable taint) or under another
+   controller's maintenance: the GPU Operator's driver upgrade
+   (``nvidia.com/gpu-driver-upgrade-state`` set, other than ``upgrade-done``),
+   NVSentinel's fault handling (its state label or quarantine annotation), or a
+   NodeMaintenance of another requestor (the NVIDIA maintenance-operator's CRD). Unavailability counts for the nodes the run targets (kured, the
    GPU Operator's ``maxUnavailable`` and system-upgrade-controller count it too); an
    unavailable node is not admitted until it is healthy again, unless the resource
    itself left it in progress (a rerun finishes it).
@@ -103,6 +105,50 @@ LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 GPU_UPGRADE_IDLE = ("", "upgrade-done")
 
 
+def nvsentinel(labels, annotations):
+    """Why NVSentinel holds the node (its break-fix state label, its quarantine
+    annotation), in words; None when it does not."""
+    state = (labels or {}).get(markers.NVSENTINEL_STATE)
+    if state:
+        return "under NVSentinel's fault handling (%s=%s)" % (markers.NVSENTINEL_STATE, state)
+    if markers.NVSENTINEL_QUARANTINE in (annotations or {}):
+        return "quarantined by NVSentinel (annotation %s)" % markers.NVSENTINEL_QUARANTINE
+    return None
+
+
+def maintenance_reason(obj):
+    """A NodeMaintenance in words: whose, which object, its phase (the Ready condition's reason)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    phase = "Pending"
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            phase = cond.get("reason") or phase
+    return "under maintenance requested by %s (NodeMaintenance %s/%s, %s)" % (
+        spec.get("requestorID") or "?", meta.get("namespace", "?"), meta.get("name", "?"), phase)
+
+
+def list_node_maintenances(api):
+    """Node name -> the NodeMaintenances of other requestors on it, in words. Empty when
+    the maintenance-operator's CRD is not installed (404) or cannot be listed (403: the
+    run is then not told of them; the chart's role grants the LIST)."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
+    found = {}
+    path = "/apis/%s/%s/%s" % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION,
+                               markers.NODE_MAINTENANCE_PLURAL)
+    try:
+        for page in list_pages(api, path, "list NodeMaintenances"):
+            for obj in page:
+                node = (obj.get("spec") or {}).get("nodeName")
+                if node:
+                    found.setdefault(node, []).append(maintenance_reason(obj))
+    except ClusterError as exc:
+        if getattr(exc, "status", None) in (403, 404):
+            return {}
+        raise
+    return {node: sorted(reasons) for node, reasons in found.items()}
+
+
 def gpu_operator_upgrade(labels):
     """The GPU Operator's driver upgrade state of a node with ``labels`` while the node
     is under that upgrade (queued, cordoned, draining, validating, or failed there),
@@ -124,6 +170,7 @@ class NodeInfo(object):
     ready: Optional[str] = "True"  # status of the Ready condition; None when the node reports none
     ready_reason: str = ""         # its reason and message when it is not True
     lifecycle_taints: List[str] = field(default_factory=list)  # LIFECYCLE_TAINTS on the node
+    maintenance: List[str] = field(default_factory=list)  # other controllers' maintenance, in words
 
     def in_progress_under(self):
         return sorted(r for r, s in self.statuses.items() if s == markers.STATUS_IN_PROGRESS)
@@ -143,12 +190,14 @@ class NodeInfo(object):
         if state:
             reasons.append("under the GPU Operator's driver upgrade (%s=%s)"
                            % (markers.GPU_OPERATOR_UPGRADE_STATE, state))
+        reasons.extend(self.maintenance)
         return reasons
 
     def recovering(self):
         """Ready again, but the node lifecycle controller has yet to lift its taint (it
         does within seconds): unavailable only for a moment."""
-        return self.ready == "True" and bool(self.lifecycle_taints) and not gpu_operator_upgrade(self.labels)
+        return self.ready == "True" and bool(self.lifecycle_taints) and not gpu_operator_upgrade(self.labels) \
+            and not self.maintenance
 
     def view(self):
         """The policy engine's view (name, labels, creationTimestamp)."""
@@ -169,7 +218,9 @@ def _readiness(obj):
     return ready, why, taints
 
 
-def node_info(obj):
+def node_info(obj, maintenance=None):
+    """NodeInfo of a Node object; ``maintenance``: node name -> other requestors'
+    NodeMaintenances in words (``list_node_maintenances``)."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -187,7 +238,9 @@ def node_info(obj):
     return NodeInfo(name=meta.get("name", ""), labels=dict(labels), created=meta.get("creationTimestamp"),
                     unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
                     cordoned_by=cordoned_by, statuses=statuses, ready=ready, ready_reason=ready_reason,
-                    lifecycle_taints=taints)
+                    lifecycle_taints=taints,
+                    maintenance=[r for r in [nvsentinel(labels, annotations)] if r] +
+                    list((maintenance or {}).get(meta.get("name", ""), ())))
 
 
 # --------------------------------------------------------------------------- the record
@@ -361,9 +414,10 @@ class FleetView(object):
 
 def list_node_infos(api, what="list nodes for admission"):
     from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
+    maintenance = list_node_maintenances(api)
     infos = []
     for page in list_pages(api, "/api/v1/nodes", what):
-        infos.extend(node_info(obj) for obj in page)
+        infos.extend(node_info(obj, maintenance) for obj in page)
     return infos
 
 

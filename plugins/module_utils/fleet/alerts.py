@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import (
     check_keys as _check_keys,
@@ -329,6 +331,16 @@ def _context(gate):
     return ssl.create_default_context(cafile=gate.ca_file) if gate.ca_file else ssl.create_default_context()
 
 
+def _open_url(gate):
+    """An opener that GETs with ansible-core's ``open_url`` (its proxy, TLS and
+    redirect handling), verifying with the gate's ``caFile`` unless ``insecureSkipVerify``."""
+    def opener(request, timeout=None, context=None):
+        from ansible.module_utils.urls import open_url
+        return open_url(request.full_url, headers=dict(request.header_items()), method="GET", timeout=timeout,
+                        validate_certs=not gate.insecure_skip_verify, ca_path=gate.ca_file or None)
+    return opener
+
+
 def fetch_alerts(gate, opener=None):
     """The source's firing alerts (``Alert`` list). Raises OSError/ValueError/MalformedAlerts."""
     headers = {"Accept": "application/json"}
@@ -336,7 +348,7 @@ def fetch_alerts(gate, opener=None):
         with open(gate.bearer_token_file) as fh:
             headers["Authorization"] = "Bearer " + fh.read().strip()
     request = urllib.request.Request(gate.endpoint, headers=headers)
-    opener = opener or urllib.request.urlopen
+    opener = opener or _open_url(gate)
     with opener(request, timeout=gate.request_timeout, context=_context(gate)) as response:
         body = response.read(16 * 1024 * 1024 + 1)
     if len(body) > 16 * 1024 * 1024:
@@ -356,7 +368,7 @@ def check_gate(gate, opener=None):
         return GateCheck(gate, closed=not gate.fail_open, error="HTTP %s %s" % (exc.code, exc.reason))
     except MalformedAlerts as exc:
         return GateCheck(gate, closed=not gate.fail_open, error="malformed answer: %s" % exc)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UrlsConnectionError) as exc:
         reason = getattr(exc, "reason", None) or exc
         return GateCheck(gate, closed=not gate.fail_open, error=str(reason) or type(exc).__name__)
     firing = [a for a in alerts if gate.counts(a)]

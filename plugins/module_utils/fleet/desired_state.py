@@ -582,7 +582,8 @@ def settings_of(entry, cache):
     return out
 
 
-def describe_all(resources, nodes, policies, package_dirs, only=None, holders=None, now=None, env_lookup=None):
+def describe_all(resources, nodes, policies, package_dirs, only=None, holders=None, now=None, env_lookup=None,
+                 maintenance=None):
     """Every resource described, conflicts between them refused, and the waves of a run
     of all of them together (the rollout driver's own dry run).
 
@@ -632,7 +633,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
         runnable.append(driver_mod.ResourceRollout(entry["name"], policy, targets=entry["targets"],
                                                    work=entry["work"], priority=entry["priority"], state=state,
                                                    order=entry.get("node_order")))
-    view = driver_mod.simulated_view(nodes, holders, now)
+    view = driver_mod.simulated_view(nodes, holders, now, maintenance)
     # Read before the dry run, which makes every node it admits healthy.
     unavailable = view.unavailable_nodes()
     for entry in rollouts:

@@ -45,11 +45,13 @@ from typing import Dict
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import alerts as alerts_mod
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import notify as notify_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
     AdmissionError,
     FleetView,
     Renewer,
     list_node_infos,
+    list_node_maintenances,
     node_info,
     policy_digest,
 )
@@ -205,7 +207,8 @@ class ClusterFleet(object):
         for page in list_pages(self.api, "/api/v1/nodes", "list nodes for admission"):
             raw.extend(page)
         self.lists += 1
-        view = FleetView([node_info(o) for o in raw], holders, now, expired)
+        maintenance = list_node_maintenances(self.api)
+        view = FleetView([node_info(o, maintenance) for o in raw], holders, now, expired)
         return view, raw, obj
 
     def stopped_resources(self):
@@ -303,7 +306,7 @@ class RolloutDriver(object):
     """Runs waves until every resource is complete, halted or has to wait."""
 
     def __init__(self, resources, fleet, hooks=None, holder_id="", wait_for_window=True,
-                 capacity_timeout=0.0, poll=10.0, now=None, gate_check=None, clock=None):
+                 capacity_timeout=0.0, poll=10.0, now=None, gate_check=None, clock=None, notifier=None):
         self.resources = sorted(resources, key=lambda r: r.sort_key())
         self.fleet = fleet
         self.hooks = hooks or Hooks()
@@ -329,6 +332,8 @@ class RolloutDriver(object):
         self._clock = clock or time.monotonic
         self._gate_closed_since = {}  # resource -> clock() when its gate closed
         self.simulating = False
+        self.notifier = notifier      # notify.Notifier: started, batch, blocked, halted, complete
+        self._announced = False
         self._check_same_resource()
 
     def _check_same_resource(self):
@@ -522,8 +527,22 @@ class RolloutDriver(object):
 
     # ------------------------------------------------------------------ the loop
 
+    def _notify(self, event, title, body):
+        if self.notifier is not None and not self.simulating:
+            self.notifier.emit(event, title, body)
+
+    def _announce(self):
+        if self._announced:
+            return
+        self._announced = True
+        names = ", ".join(r.name for r in self.resources)
+        self._notify(notify_mod.STARTED, "rollout started (%s)" % names, "\n".join(
+            "%s: %d node(s) with work of %d targeted, policy %s" % (r.name, len(r.work), len(r.targets), r.source)
+            for r in self.resources))
+
     def run(self):
         waited_since = None
+        self._announce()
         while True:
             stop = self.hooks.stopped()
             if stop:
@@ -596,6 +615,24 @@ class RolloutDriver(object):
                 blocked=[n for n in mine if outcomes.get(n) == "blocked"])
         self.hooks.wave_done(wave, outcomes, results)
         self.fleet.release(wave.nodes)
+        number = len(self.waves)
+        lines = []
+        for res in self.resources:
+            if res.name in wave.waves:
+                mine = wave.of(res.name)
+                counts = [sum(1 for n in mine if outcomes.get(n) == "ok"),
+                          sum(1 for n in mine if outcomes.get(n) in ("failed", None)),
+                          sum(1 for n in mine if outcomes.get(n) == "blocked")]
+                lines.append("%s: %d ok, %d failed, %d blocked; %d of %d node(s) with work done"
+                             % (res.name, counts[0], counts[1], counts[2],
+                                len(res.state.succeeded & res.work), len(res.work)))
+        self._notify(notify_mod.BATCH, "wave %d done (%d node(s))" % (number, len(wave.nodes)), "\n".join(lines))
+        blocked = sorted(n for n in wave.nodes if outcomes.get(n) == "blocked")
+        if blocked:
+            self._notify(notify_mod.BLOCKED,
+                         "%d node(s) blocked in wave %d: %s" % (len(blocked), number, _names(blocked)),
+                         "held by non-interruptible pods: they stay cordoned, count neither way, and are picked "
+                         "up by the next run once the pods end")
 
     def _gate_or_soak_pause(self):
         """Seconds to wait before the next admission when a resource waits only for its alert
@@ -637,6 +674,10 @@ class RolloutDriver(object):
 
     def _finish(self, status, reason):
         self.status, self.reason = status, reason
+        if status == HALTED:
+            self._notify(notify_mod.HALTED, "rollout halted", reason)
+        elif status == COMPLETE:
+            self._notify(notify_mod.COMPLETE, "rollout complete", reason)
         return status, reason
 
     # ------------------------------------------------------------------ dry run
@@ -664,9 +705,10 @@ def _seconds_text(seconds):
     return "".join("%d%s" % (n, u) for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
 
 
-def simulated_view(nodes, holders=None, now=None):
-    """A FleetView over Node objects as the API returns them (for ``simulate()``)."""
-    return FleetView([node_info(n) for n in nodes], holders or {}, now)
+def simulated_view(nodes, holders=None, now=None, maintenance=None):
+    """A FleetView over Node objects as the API returns them (for ``simulate()``);
+    ``maintenance``: see ``admission.node_info``."""
+    return FleetView([node_info(n, maintenance) for n in nodes], holders or {}, now)
 
 
 def read_view(api, record=None):

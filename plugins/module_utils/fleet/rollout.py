@@ -44,6 +44,7 @@ VAR_RESERVATION_TTL = "nodewright_rollout_reservation_ttl"
 VAR_CAPACITY_TIMEOUT = "nodewright_rollout_capacity_timeout"
 VAR_LOCK_NAMESPACE = "nodewright_rollout_lock_namespace"
 VAR_ALERT_GATE = "nodewright_rollout_alert_gate"    # the run's alertGate: replaces every policy's
+VAR_NOTIFY = "nodewright_rollout_notify"            # Apprise URLs the run's events go to (fleet/notify.py)
 VAR_NODE_LABELS = "nodewright_node_labels"
 VAR_INVENTORY_NODE = "k8s_node"
 FACT = "nodewright_rollout"
@@ -62,8 +63,9 @@ class RolloutSettings(object):
 
     def __init__(self, policy_spec=None, policy_name=None, wait_for_window=True, k8s_auth=None, driver=None,
                  state_resource=None, desired=None, admission=None, reservation_ttl=None, capacity_timeout=None,
-                 lock_namespace=None, alert_gate=None):
+                 lock_namespace=None, alert_gate=None, notify=None):
         self.state_resource = state_resource
+        self.notify = notify  # a notify.NotifySettings, or None
         self.alert_gate = alert_gate  # an alerts.AlertGate, or None
         self.policy_spec = policy_spec
         self.policy_name = policy_name
@@ -129,6 +131,8 @@ def read_settings(variables):
     if gate is not None:
         from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.alerts import parse_alert_gate
         gate = parse_alert_gate(gate, VAR_ALERT_GATE)
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.notify import parse_notify
+    notify = parse_notify(variables.get(VAR_NOTIFY), VAR_NOTIFY)
     return RolloutSettings(policy_spec=spec, policy_name=name or None,
                            wait_for_window=True if wait is None else _truthy(wait, VAR_WAIT_FOR_WINDOW),
                            k8s_auth=dict(auth), driver=driver, state_resource=state_resource or None,
@@ -136,7 +140,8 @@ def read_settings(variables):
                            admission=None if admission is None else _truthy(admission, VAR_ADMISSION),
                            reservation_ttl=_number(variables.get(VAR_RESERVATION_TTL), VAR_RESERVATION_TTL, 15),
                            capacity_timeout=_number(variables.get(VAR_CAPACITY_TIMEOUT), VAR_CAPACITY_TIMEOUT, 0),
-                           lock_namespace=variables.get(VAR_LOCK_NAMESPACE) or None, alert_gate=gate)
+                           lock_namespace=variables.get(VAR_LOCK_NAMESPACE) or None, alert_gate=gate,
+                           notify=notify)
 
 
 def _number(value, name, minimum):
@@ -446,6 +451,7 @@ class RolloutRecord(object):
         self.started = _now()
         self.finished = None
         self.notes = []
+        self.notifications = []  # what the run's notifier sent (notify.Notifier.log)
         self._last = None
         self.labelled = False  # whether ``nodes`` carry their labels (read from the cluster)
 
@@ -520,6 +526,8 @@ class RolloutRecord(object):
             out["resource"] = self.resource
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.notifications:
+            out["notifications"] = [dict(n) for n in self.notifications]
         if state is not None:
             out["compartments"] = compartment_statuses(state, self.nodes, done=done)
             out["failed"] = sorted(state.failed)

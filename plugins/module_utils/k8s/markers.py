@@ -93,6 +93,15 @@ STATUSES = (STATUS_COMPLETE, STATUS_IN_PROGRESS, STATUS_ERRORING, STATUS_BLOCKED
 GPU_OPERATOR_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 GPU_OPERATOR_UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 SKYHOOK_IGNORE = "skyhook.nvidia.com/ignore"
+# NVSentinel's fault handling: the state of its break-fix workflow (quarantined, draining,
+# drain-succeeded, remediating, ...; removed when the node returns) and the health event
+# that quarantined the node.
+NVSENTINEL_STATE = "dgxc.nvidia.com/nvsentinel-state"
+NVSENTINEL_QUARANTINE = "quarantineHealthEvent"
+# The NVIDIA maintenance-operator's NodeMaintenance (namespaced): one object per requestor
+# and node asks for the node's maintenance.
+NODE_MAINTENANCE_GROUP, NODE_MAINTENANCE_VERSION, NODE_MAINTENANCE_PLURAL = (
+    "maintenance.nvidia.com", "v1alpha1", "nodemaintenances")
 
 # Upstream NodeWright's marks (NVIDIA's operator, formerly Skyhook: prefix nodewright.nvidia.com
 # from v0.18, skyhook.nvidia.com before). NodeWright recognises them where it recognises its own

@@ -269,11 +269,10 @@ def set_resource_node_line(core, resource, ctype, node, text, reason, clear_reas
             custom.patch_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
                                                       resource, body)
             return True
-        except ApiException as exc:
-            if getattr(exc, "status", None) != 409:
+        except Exception as exc:  # noqa: BLE001 - a status note is never worth failing maintenance for
+            # 409: another writer changed the resource since it was read: read it again.
+            if not isinstance(exc, ApiException) or getattr(exc, "status", None) != 409:
                 return False
-        except Exception:  # noqa: BLE001 - a status note is never worth failing maintenance for
-            return False
     return False
 
 

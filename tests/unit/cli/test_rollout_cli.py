@@ -98,3 +98,17 @@ def test_arguments(runner):
         parse_args(["site.yml", "-i", "a.yml", "--policy", "p.yml", "--policy-name", "q"])
     with pytest.raises(SystemExit):
         parse_args(["site.yml", "-i", "a.yml"])
+
+
+def test_notify_flags_make_the_runs_notifier(runner):
+    import argparse
+    none = runner.load_notifier(argparse.Namespace(notify=[], notify_events=None))
+    assert none is None
+    n = runner.load_notifier(argparse.Namespace(notify=["json://hooks.example.com/x", "slack://A/B/C"],
+                                                notify_events="halted, complete"))
+    assert n.settings.urls == ["json://hooks.example.com/x", "slack://A/B/C"]
+    assert list(n.settings.events) == ["halted", "complete"]
+    with pytest.raises(ValidationError, match="--notify-events without --notify"):
+        runner.load_notifier(argparse.Namespace(notify=[], notify_events="halted"))
+    with pytest.raises(ValidationError, match="unknown event"):
+        runner.load_notifier(argparse.Namespace(notify=["json://h/x"], notify_events="done"))

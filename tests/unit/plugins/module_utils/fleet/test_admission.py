@@ -137,6 +137,26 @@ def test_node_info_reads_readiness_lifecycle_taints_and_the_gpu_operator_upgrade
     assert n.recovering() is recovering
 
 
+def test_node_info_names_nvsentinel_and_other_requestors_node_maintenance():
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import maintenance_reason
+    ready = [{"type": "Ready", "status": "True"}]
+    state = node_obj(ready, labels={"dgxc.nvidia.com/nvsentinel-state": "draining"})
+    assert node_info(state).unavailable() == [
+        "under NVSentinel's fault handling (dgxc.nvidia.com/nvsentinel-state=draining)"]
+    quarantined = node_obj(ready)
+    quarantined["metadata"]["annotations"] = {"quarantineHealthEvent": "[...]"}
+    assert node_info(quarantined).unavailable() == ["quarantined by NVSentinel (annotation quarantineHealthEvent)"]
+    request = {"metadata": {"name": "fw", "namespace": "ops"}, "spec": {"requestorID": "network.operator",
+                                                                        "nodeName": "n"}}
+    pending = maintenance_reason(request)
+    assert pending == "under maintenance requested by network.operator (NodeMaintenance ops/fw, Pending)"
+    request["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}
+    n = node_info(node_obj(ready, ["node.kubernetes.io/not-ready"]), {"n": [maintenance_reason(request)]})
+    assert n.unavailable()[-1] == "under maintenance requested by network.operator (NodeMaintenance ops/fw, Ready)"
+    assert n.recovering() is False, "another controller's maintenance does not end within seconds"
+    assert node_info(node_obj(ready), {"other": [pending]}).unavailable() == []
+
+
 GPU_ACTIVE = ["upgrade-required", "cordon-required", "wait-for-jobs-required", "pod-deletion-required",
               "drain-required", "pod-restart-required", "validation-required", "uncordon-required", "upgrade-failed"]
 

@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright: NodeWright maintainers
+# Apache License 2.0 (see LICENSE)
+"""Notifications of a rollout: started, batch done, node blocked, halted, complete.
+
+The run's ``nodewright_rollout_notify`` (``nodewright rollout --notify URL``) names
+where they go as Apprise URLs (``slack://...``, ``msteams://...``, ``json://host/path``
+for a generic JSON webhook, ``mailto://...``; https://github.com/caronc/apprise/wiki),
+so one setting reaches whatever a team already reads; Apprise does the sending.
+
+A notification never changes the rollout: a target that cannot be reached, an URL
+Apprise does not know, or Apprise missing is recorded (the run report lists every
+notification with its outcome) and the rollout goes on. URLs carry tokens, so the
+report and the output show them as Apprise's privacy form does (tokens elided).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+
+STARTED = "started"
+BATCH = "batch"
+BLOCKED = "blocked"
+HALTED = "halted"
+COMPLETE = "complete"
+EVENTS = (STARTED, BATCH, BLOCKED, HALTED, COMPLETE)
+
+_SHAPE = ("a URL, a list of URLs, or {urls: [...], events: [%s]}; URLs as Apprise writes them, e.g. "
+          "slack://T000/B000/XXXX or json://hooks.example.com/nodewright" % ", ".join(EVENTS))
+# Apprise's own severities for each event (its ``notify_type``).
+_TYPES = {STARTED: "info", BATCH: "info", BLOCKED: "warning", HALTED: "failure", COMPLETE: "success"}
+
+
+class NotifySettings(object):
+    """Where notifications go (``urls``) and which events are sent (``events``)."""
+
+    def __init__(self, urls, events=EVENTS):
+        self.urls = list(urls)
+        self.events = tuple(e for e in EVENTS if e in events)
+
+    def describe(self):
+        return "%s to %s" % (", ".join(self.events), ", ".join(target(u) for u in self.urls))
+
+    def to_dict(self):
+        return {"targets": [target(u) for u in self.urls], "events": list(self.events)}
+
+
+def target(url):
+    """What of ``url`` may be shown: Apprise's own privacy form of it (tokens and
+    passwords elided), without its query; only the scheme when Apprise cannot read it."""
+    scheme = urllib.parse.urlsplit(url).scheme if isinstance(url, str) else ""
+    if not scheme:
+        return "(not a URL)"
+    try:
+        import apprise
+        plugin = apprise.Apprise.instantiate(url)
+        if plugin:
+            return plugin.url(privacy=True).split("?", 1)[0].rstrip("/")
+    except Exception:  # noqa: BLE001 - showing a target never fails a rollout
+        pass
+    return "%s://..." % scheme
+
+
+def parse_notify(value, where="nodewright_rollout_notify"):
+    """NotifySettings from a URL, a list of URLs or ``{urls, events}``; None when empty."""
+    if value is None or value == "" or value == []:
+        return None
+    events = EVENTS
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"urls", "events"})
+        if unknown:
+            raise ValidationError("unknown key(s) %s" % ", ".join(unknown), field=where, hint=_SHAPE)
+        if "events" in value:
+            events = value["events"]
+            if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+                raise ValidationError("events must be a list of %s" % ", ".join(EVENTS), field=where + ".events")
+            wrong = sorted(set(events) - set(EVENTS))
+            if wrong:
+                raise ValidationError("unknown event(s) %s" % ", ".join(wrong), field=where + ".events",
+                                      hint="one or more of %s" % ", ".join(EVENTS))
+        value = value.get("urls")
+        where = where + ".urls"
+    urls = [value] if isinstance(value, str) else value
+    if not isinstance(urls, list) or not urls:
+        raise ValidationError("needs at least one URL", field=where, hint=_SHAPE)
+    for n, url in enumerate(urls):
+        if not isinstance(url, str) or "://" not in url or not urllib.parse.urlsplit(url.strip()).scheme:
+            raise ValidationError("%s is not a notification URL" % (target(url) if isinstance(url, str) else
+                                                                    repr(url)),
+                                  field="%s[%d]" % (where, n) if len(urls) > 1 or isinstance(value, list) else where,
+                                  hint=_SHAPE)
+    return NotifySettings([u.strip() for u in urls], events)
+
+
+def apprise_send(url, title, body, kind):
+    """Send one notification with Apprise; ``(ok, error)``."""
+    try:
+        import apprise
+    except ImportError:
+        return False, "Apprise is not installed on the controller (pip install apprise)"
+    sender = apprise.Apprise()
+    if not sender.add(url):
+        return False, "Apprise does not know this URL (see its wiki for the schemes)"
+    if sender.notify(title=title, body=body, notify_type=kind):
+        return True, None
+    return False, "the target refused it or could not be reached"
+
+
+class Notifier(object):
+    """Sends the rollout's events to the settings' URLs; never raises. ``log``: one
+    entry per notification (event, target, ok, error), for the run report."""
+
+    def __init__(self, settings, send=apprise_send, warn=None):
+        self.settings = settings
+        self.send = send
+        self.warn = warn
+        self.log = []
+
+    def emit(self, event, title, body, resource=None):
+        if self.settings is None or event not in self.settings.events:
+            return []
+        sent = []
+        for url in self.settings.urls:
+            try:
+                ok, error = self.send(url, "NodeWright: %s" % title, body, _TYPES[event])
+            except Exception as exc:  # noqa: BLE001 - a notification never stops a rollout
+                ok, error = False, "%s: %s" % (type(exc).__name__, exc)
+            entry = {"event": event, "target": target(url), "title": "NodeWright: %s" % title, "ok": bool(ok)}
+            if resource:
+                entry["resource"] = resource
+            if not ok:
+                entry["error"] = error or "not sent"
+                if self.warn is not None:
+                    self.warn("notification %s to %s failed: %s; the rollout goes on"
+                              % (event, entry["target"], entry["error"]))
+            self.log.append(entry)
+            sent.append(entry)
+        return sent
+
+    def summary(self):
+        ok = sum(1 for e in self.log if e["ok"])
+        failed = len(self.log) - ok
+        return "%d notification(s) sent%s" % (ok, ", %d failed" % failed if failed else "")
