@@ -45,6 +45,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import AUTH_OPTIONS, get_api_client
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import gpu_health
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
@@ -409,8 +410,13 @@ class _Sequence(object):
         if "error" in state:
             # Never overwrite what cannot be read: the operator's edit, or a bug, needs a look.
             self.step("Refuse a state annotation that cannot be read", lambda: self.refuse_state(state["error"]))
+        # The GPUs the node has now: the GPU health gate expects as many after maintenance (a
+        # run resumed after a crash keeps the count its first run recorded).
+        gpus = state.get("gpusBefore") if isinstance(state.get("gpusBefore"), int) else \
+            gpu_health.allocatable_gpus(self.node.node) or None
         self.step("Mark the node in progress", lambda: self.mark(
-            markers.STATUS_IN_PROGRESS, {"step": "cordon", "bootIdBefore": self.node.boot_id(), "pausedAt": None},
+            markers.STATUS_IN_PROGRESS, {"step": "cordon", "bootIdBefore": self.node.boot_id(), "pausedAt": None,
+                                         "gpusBefore": gpus},
             clear_error=True))
 
     def read(self):
@@ -670,6 +676,33 @@ class _Sequence(object):
     def command(self, argv):
         return self.skip_in_check(lambda: self.action.host_command(argv, self.host_root))
 
+    def gpu_check(self):
+        """The resource's GPU health gate (node/gpu_health.py) on the node's host."""
+        if self.check_mode:
+            return {"changed": False, "skipped": True, "msg": "skipped in check mode"}
+        gate = self.entry["gpu_health"]
+        recorded = self.node.state(self.resource).get("gpusBefore")
+        expected = recorded if isinstance(recorded, int) else gpu_health.allocatable_gpus(self.node.node)
+        if not expected:
+            return {"changed": False, "msg": "the node has no GPU: nothing to check"}
+
+        def run(argv):
+            out = self.action.host_command(argv, self.host_root)
+            return out.get("rc"), (out.get("stdout") or "") + (out.get("stderr") or "")
+        query = run(gpu_health.QUERY)
+        nvlink = run(gpu_health.NVLINK) if query[0] == 0 else None
+        kernel_log = run(gpu_health.KERNEL_LOG)
+        dcgm = None
+        if gate.get("dcgm_level") and run(gpu_health.HAS_DCGMI)[0] == 0:
+            dcgm = run(gpu_health.dcgm_diag(gate["dcgm_level"]))
+        failures = gpu_health.judge(gate, expected, query, nvlink, kernel_log, dcgm)
+        checked = "%d GPU(s)%s" % (expected, ", DCGM level %d" % gate["dcgm_level"] if dcgm is not None else "")
+        if failures:
+            return {"failed": True, "changed": False, "gpu_failures": failures,
+                    "msg": "node %s failed its GPU health gate: %s; it stays cordoned for triage"
+                           % (self.name, gpu_health.summary(failures))}
+        return {"changed": False, "msg": "GPU health gate passed (%s)" % checked}
+
     def skip_in_check(self, fn):
         if self.check_mode:
             return {"changed": True, "skipped": True, "msg": "skipped in check mode"}
@@ -682,12 +715,15 @@ class _Sequence(object):
                 labels=self.opt["health_labels"], validation_job=self.opt["validation_job"] or None,
                 tolerations=self.entry.get("tolerations") or [],
                 timeout=self.opt["health_timeout"]))
+            if self.entry.get("gpu_health"):
+                self.step("Check the GPUs before the node returns to work", self.gpu_check)
             if self.before_cordon != "cordoned_by_other":
                 self.step("Uncordon the node (only NodeWright's own cordon)",
                           lambda: self.module("node_cordon", state="uncordoned"))
             self.node.read()
         self.step("Mark the node complete", lambda: self.mark(
-            markers.STATUS_COMPLETE, {"step": "done", "reason": "", "restartLimitReached": None}, clear_error=True))
+            markers.STATUS_COMPLETE, {"step": "done", "reason": "", "restartLimitReached": None, "gpusBefore": None},
+            clear_error=True))
 
     def gate(self):
         params = {"taint_key": self.action._var(self.task_vars, "nodewright_taint_key",

@@ -47,7 +47,7 @@ PREREQUISITES = (("bash", "bash"), ("dash", "dash"), ("ldd", "libc-bin"), ("chro
 # Commands whose busybox applet would act on the real machine, or that the
 # simulator emulates per node.
 STANDINS = ("sysctl", "reboot", "shutdown", "systemctl", "service", "journalctl", "modprobe", "lsmod",
-            "update-grub", "grub-mkconfig", "grub2-mkconfig", "uname", "nvidia-smi", "nvidia-persistenced",
+            "update-grub", "grub-mkconfig", "grub2-mkconfig", "uname", "nvidia-smi", "nvidia-persistenced", "dcgmi",
             "apt-get", "apt", "dpkg", "dpkg-query", "dnf", "yum", "rpm", "containerd", "kubelet")
 NEVER_LINK = {"halt", "poweroff", "init", "linuxrc", "insmod", "rmmod", "mount", "umount",
               "swapon", "swapoff", "switch_root", "pivot_root", "chroot", "ifconfig", "ip",
@@ -629,6 +629,34 @@ def crash_kernel_size(cmdline, memory_bytes):
     return 0
 
 
+GPU_FAULTS = "run/nodewright-sim/gpu-faults"
+GPU_FAULTS_NEXT_BOOT = "etc/nodewright-sim/gpu-faults.next-boot"
+KMSG = "run/nodewright-sim/kmsg"
+GPU_FAULT_KINDS = ("missing", "ecc", "nvlink-down", "dcgm", "xid")
+
+
+def gpu_fault(root, kind, value="", next_boot=False):
+    """Make the node's GPUs fail a check, as hardware does: ``missing N`` (the last N
+    GPUs are gone from nvidia-smi), ``ecc Disabled``, ``nvlink-down I`` (GPU I's links
+    inactive), ``dcgm fail`` (dcgmi diag fails), ``xid CODE`` (an NVRM Xid in the
+    kernel log). Now, until the next boot clears it, or (``next_boot``) from the next
+    boot on, as a GPU that falls off the bus at a reboot."""
+    if kind not in GPU_FAULT_KINDS:
+        raise HostRootError("unknown GPU fault %r (one of %s)" % (kind, ", ".join(GPU_FAULT_KINDS)))
+    line = ("%s %s" % (kind, value)).strip() + "\n"
+    if next_boot:
+        path = os.path.join(root, GPU_FAULTS_NEXT_BOOT)
+    elif kind == "xid":
+        path = os.path.join(root, KMSG)
+        line = "kernel: NVRM: Xid (PCI:0000:18:00): %s, pid=4242, name=python3, GPU has fallen off the bus.\n" \
+            % (value or "79")
+    else:
+        path = os.path.join(root, GPU_FAULTS)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(line)
+
+
 def boot(root):
     """Simulate a boot: the kernel's runtime state is rebuilt from its defaults and the
     persisted configuration, then the init starts the units default.target pulls in.
@@ -652,6 +680,14 @@ def boot(root):
     for d in ("run", "proc", "sys"):
         shutil.rmtree(os.path.join(root, d), ignore_errors=True)
     os.makedirs(os.path.join(root, "run/nodewright-sim/units"), exist_ok=True)
+    # Hardware faults that show at this boot (a GPU that does not come back, an Xid).
+    pending = os.path.join(root, GPU_FAULTS_NEXT_BOOT)
+    if os.path.exists(pending):
+        for line in _read(pending).splitlines():
+            kind, _, value = line.partition(" ")
+            if kind:
+                gpu_fault(root, kind, value)
+        os.unlink(pending)
     next_kernel = os.path.join(root, SIM_DIR, "next-kernel")
     kernel = _read(next_kernel).strip() or _read(os.path.join(root, SIM_DIR, "kernel")).strip() or DEFAULT_KERNEL
     with open(os.path.join(root, SIM_DIR, "kernel"), "w") as fh:

@@ -106,7 +106,8 @@ def test_a_missing_secret_key_refuses_the_resource_before_any_node_is_touched(si
     fleet.create("NodeWright", res, {
         "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}}, "deploymentPolicy": run["policy"],
         "packages": {"shellscript": {"version": "1.0.0", "configMap": config(), "env": [
-            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": run["refs"], "key": "missing"}}}]}}})
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": run["refs"], "key": "missing"}}},
+            {"name": "SITE", "valueFrom": {"configMapKeyRef": {"name": "absent-" + fleet.label, "key": "site"}}}]}}})
     before = {n: fleet.node_labels(n) for n in fleet.nodes}
     try:
         proc = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res)
@@ -116,6 +117,8 @@ def test_a_missing_secret_key_refuses_the_resource_before_any_node_is_touched(si
     assert proc.returncode != 0, output[-3000:]
     assert "Secret nodewright/%s has no key 'missing'" % run["refs"] in output, output[-3000:]
     assert "spec.packages.shellscript.env.TOKEN.valueFrom" in output, output[-3000:]
+    # A Secret or ConfigMap that does not exist at all is named the same way.
+    assert "ConfigMap nodewright/absent-%s has no key 'site'" % fleet.label in output, output[-3000:]
     assert {n: fleet.node_labels(n) for n in fleet.nodes} == before
     assert not any(sim.core.read_node(n).spec.unschedulable for n in fleet.nodes if n == run["free"])
 

@@ -193,6 +193,12 @@ def test_plan_then_rollout_then_nothing_then_a_sysctl_change(sim, tmp_path, cust
         state = node_state(sim, node, resource)
         assert state["packages"]["nvidia-tuning"]["state"] == "complete", state
         assert not sim.core.read_node(node).spec.unschedulable
+        # The example's GPU health gate ran after the reboot and passed: persistence mode on
+        # (the package's nvidia-persistenced), ECC on, NVLink up, DCGM's quick diagnostic.
+        actions = read(sim, node, "/var/lib/nodewright-sim/actions.log")
+        after_boot = actions[actions.rindex("\nboot "):]
+        assert "nvidia-smi --query-gpu=index,persistence_mode,ecc.mode.current" in after_boot, actions[-2000:]
+        assert "dcgmi diag -r 1" in after_boot and "nvidia-smi nvlink --status" in after_boot
     status = custom.get_cluster_custom_object(GROUP, VERSION, "nodewrights", resource).get("status") or {}
     assert status.get("status") == "complete", status
 

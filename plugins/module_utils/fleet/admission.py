@@ -143,7 +143,7 @@ def list_node_maintenances(api):
                 if node:
                     found.setdefault(node, []).append(maintenance_reason(obj))
     except ClusterError as exc:
-        if getattr(exc, "status", None) in (403, 404):
+        if (exc.details or {}).get("status") in (403, 404):
             return {}
         raise
     return {node: sorted(reasons) for node, reasons in found.items()}

@@ -87,6 +87,7 @@ import base64
 import os
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import gpu_health
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import planner as package_planner
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
@@ -271,7 +272,7 @@ def env_lookup_for(api_client, namespace=ENV_NAMESPACE):
         try:
             obj = call("read %s %s/%s" % (kind, namespace, name), read, name, namespace)
         except ClusterError as exc:
-            if getattr(exc, "status", None) == 404:
+            if (exc.details or {}).get("status") == 404:
                 return None
             raise
         data = obj.data or {}
@@ -502,6 +503,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
         "node_order": {t: sticky[t] for t in targets if t in sticky},
         "drain": drain_options(spec.get("drainConfig")),
         "tolerations": spec.get("additionalTolerations") or [],
+        "gpu_health": gpu_health.parse_gate(spec.get("gpuHealthGate")),
         "non_interrupt_wait": non_interrupt_wait_options(spec.get("podNonInterruptWait")),
         "stage_timeout": stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
         "sequencing": spec.get("sequencing", "node"),

@@ -92,7 +92,7 @@ NODEWRIGHT_SPEC_FIELDS = ("nodeSelectors", "packages", "podNonInterruptLabels", 
                           "deploymentPolicy", "deploymentPolicyOptions", "priority", "runtimeRequired",
                           "autoTaintNewNodes", "additionalTolerations", "drainConfig", "stageTimeout", "sequencing",
                           "reapplyOnReboot", "runtimeRequiredCordonAfter", "podNonInterruptWait", "stageRetries",
-                          "stageRetryBackoff", "interruptRestartLimit")
+                          "stageRetryBackoff", "interruptRestartLimit", "gpuHealthGate")
 PACKAGE_FIELDS = ("version", "image", "containerSHA", "source", "interrupt", "configMap",
                   "configInterrupts", "dependsOn", "env", "stageTimeout", "uninstall", "stageRetries")
 SEQUENCING = ("node", "all")
@@ -679,6 +679,11 @@ def validate_nodewright(obj):
         if spec.get(key) is not None:
             with problems.collect():
                 out_spec[key] = _retries(spec, key, "spec")
+    if spec.get("gpuHealthGate") is not None:
+        with problems.collect():
+            from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu_health import parse_gate
+            parse_gate(spec["gpuHealthGate"], "spec.gpuHealthGate")
+            out_spec["gpuHealthGate"] = copy.deepcopy(spec["gpuHealthGate"])
     if spec.get("stageRetryBackoff") is not None:
         with problems.collect():
             out_spec["stageRetryBackoff"] = _duration(spec["stageRetryBackoff"], "spec.stageRetryBackoff",
