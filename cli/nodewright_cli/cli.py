@@ -16,6 +16,7 @@
     nodewright node list|status NODE | update-state NODE --package P --state S [--stage S] [--yes] [--dry-run]
     nodewright package logs NODE PACKAGE [--stage S] [-f] | rerun NODE PACKAGE --stage S
     nodewright adopt [--resource NAME] [--node NODE] [--dry-run] [--json]   (take over from upstream NodeWright)
+    nodewright convert FILE... [--drop FIELD]   (upstream NodeWright objects as NodeWright resources)
     nodewright version
 
 Credentials as everywhere in NodeWright: --kubeconfig/--context, the K8S_AUTH_*
@@ -164,6 +165,8 @@ def build_parser():
     COMMANDS.update(triage.register(sub, _env, _cluster))
     from nodewright_cli import adopt
     COMMANDS.update(adopt.register(sub, _env, _cluster))
+    from nodewright_cli import convert
+    COMMANDS.update(convert.register(sub))
     return p
 
 

@@ -20,6 +20,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status impo
     CONDITION_NODE_STATE_MALFORMED,
     CONDITION_UNINSTALL_IN_PROGRESS,
     compute_status,
+    conversion_warnings_of,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
@@ -88,7 +89,8 @@ class SurfaceMixin(object):
                         sorted((((resource.get("spec") or {}).get("packages")) or {}).items())
                         if isinstance(v, dict)]
         new = compute_status(name, nodes, targets, packages, override=override, message=message,
-                             generation=generation, current=current)
+                             generation=generation, current=current,
+                             conversion_warnings=conversion_warnings_of(resource))
         if (resource.get("metadata") or {}).get("deletionTimestamp"):
             # The deletion's own conditions (fleet/deletion.py) stay while it goes on.
             kept = [c for c in current.get("conditions") or []
@@ -148,6 +150,12 @@ class SurfaceMixin(object):
         resources = list(self.caches["nodewrights"].values())
         for node in nodes:
             name = name_of(node)
+            if name not in busy and gating.stale_runtime_cordon(node):
+                try:
+                    if gating.clear_stale_runtime_cordon(self.cluster.core, name, node):
+                        LOG.info("node %s: %s", name, gating.STALE_CORDON_TEXT)
+                except NodeWrightError as exc:
+                    LOG.error("node %s: %s", name, exc)
             if name in busy or not gating.has_taint(node, self.opts.taint_key) \
                     or not gating.gating_resources(managed, node):
                 continue

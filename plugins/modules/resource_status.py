@@ -88,6 +88,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     RESOURCE_STATUSES,
     compute_status,
+    conversion_warnings_of,
 )
 
 
@@ -101,7 +102,8 @@ def run(module):
     nodes = [n for page in list_pages(api, "/api/v1/nodes", "list nodes") for n in page]
     status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
                             message=p["status_message"], generation=p["generation"], extra=p["extra"],
-                            current=current.get("status"), pending=p["pending"], refused=p["refused"])
+                            current=current.get("status"), pending=p["pending"], refused=p["refused"],
+                            conversion_warnings=conversion_warnings_of(current))
     old = current.get("status") or {}
     comparable = {k: v for k, v in status.items() if k != "conditions"}
     changed = any(old.get(k) != v for k, v in comparable.items() if v is not None) or \

@@ -69,22 +69,36 @@ def upstream(scenario, name):
         return [d for d in yaml.safe_load_all(fh) if d]
 
 
+def created_inline(doc, step=None):
+    """The objects a chainsaw Test creates inline (``create: resource:``), in the
+    step named ``step`` (every step when None); [] for any other object."""
+    if (doc or {}).get("kind") != "Test" or not str(doc.get("apiVersion", "")).startswith("chainsaw."):
+        return []
+    found = []
+    for one in (doc.get("spec") or {}).get("steps") or []:
+        if step is None or one.get("name") == step:
+            found.extend(op["create"]["resource"] for op in one.get("try") or []
+                         if isinstance(op.get("create"), dict) and op["create"].get("resource"))
+    return found
+
+
 def images_in(scenario):
     """Every (mirror repository, version) of the images in ``IMAGES`` that the scenario's
-    input files name: the images to publish."""
+    input files name (inline objects of its chainsaw Test included): the images to publish."""
     found = set()
     for path in glob.glob(os.path.join(UPSTREAM, scenario, "*.yaml")):
         with open(path) as fh:
-            for doc in yaml.safe_load_all(fh):
-                for pkg in ((doc or {}).get("spec") or {}).get("packages", {}).values():
-                    if not isinstance(pkg, dict):
-                        continue
-                    image = str(pkg.get("image", "")).strip().split("@")[0]
-                    if ":" in image.rsplit("/", 1)[-1]:
-                        image = image.rsplit(":", 1)[0]  # the tag: upstream takes the version instead
-                    repository = IMAGES.get(image)
-                    if repository and pkg.get("version"):
-                        found.add((repository, str(pkg["version"])))
+            docs = [d for d in yaml.safe_load_all(fh) if d]
+        for obj in docs + [r for d in docs for r in created_inline(d)]:
+            for pkg in ((obj or {}).get("spec") or {}).get("packages", {}).values():
+                if not isinstance(pkg, dict):
+                    continue
+                image = str(pkg.get("image", "")).strip().split("@")[0]
+                if ":" in image.rsplit("/", 1)[-1]:
+                    image = image.rsplit(":", 1)[0]  # the tag: upstream takes the version instead
+                repository = IMAGES.get(image)
+                if repository and pkg.get("version"):
+                    found.add((repository, str(pkg["version"])))
     return sorted(found)
 
 
@@ -246,20 +260,26 @@ class Scenario(object):
         return sorted(first, key=first.get)
 
     # ---------------------------------------------------------------- objects
-    def convert(self, name):
-        """Each object of upstream file ``name`` through the product's conversion."""
+    def convert(self, name, step=None):
+        """Each object of upstream file ``name`` through the product's conversion; with
+        ``step``, the objects that step of the chainsaw Test in ``name`` creates inline."""
         out = []
-        for obj in upstream(self.name, name):
+        objects = upstream(self.name, name)
+        if step is not None:
+            objects = [r for d in objects for r in created_inline(d, step)]
+            assert objects, "step %s of %s creates nothing" % (step, name)
+        for obj in objects:
             conversion = convert(obj)
             self.notes.extend(conversion.notes)
             out.append(conversion.resource)
         return out
 
-    def apply(self, name):
-        """Convert the objects of upstream file ``name`` and create them, or replace
-        their spec and metadata when they exist (``kubectl apply`` of the update files)."""
+    def apply(self, name, step=None):
+        """Convert the objects of upstream file ``name`` (of its chainsaw step ``step``)
+        and create them, or replace their spec and metadata when they exist (``kubectl
+        apply`` of the update files)."""
         names = []
-        for resource in self.convert(name):
+        for resource in self.convert(name, step):
             plural = PLURALS[resource["kind"]]
             rname = resource["metadata"]["name"]
             try:

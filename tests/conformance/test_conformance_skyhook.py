@@ -560,3 +560,129 @@ def test_linear_strategy(scenario):
         batches[-1] += 1
         last_end = end if last_end is None or start > last_end else max(last_end, end)
     assert batches == [1, 2, 3, 2], (batches, spans)
+
+
+def triage_args(scenario):
+    """How the recovery commands reach the scenario's nodes: the reconciler's inventory."""
+    return ("--inventory", scenario.inventory, "--workdir", scenario.tmp / "triage")
+
+
+def recorded(scenario, node, reason):
+    """How many times the node's Events of ``reason`` were recorded (node names come
+    back from earlier scenarios, so it is the count that tells a new one)."""
+    return sum(e.count or 1 for e in scenario.events(node, reason))
+
+
+def disabled_after_rollout(scenario, count=1):
+    """Nodes, the scenario's resource rolled out complete on them, then disabled with
+    ``nodewright disable`` (upstream disables it so its operator does not redo the change
+    by hand before the assert)."""
+    nodes = scenario.add_nodes(count)
+    (name,) = scenario.apply("skyhook.yaml")
+    proc = scenario.until_settled(name)
+    assert proc.returncode == 0 and complete(scenario, name), output(proc)
+    disabled = scenario.nodewright("disable", name)
+    assert disabled.returncode == 0, output(disabled)
+    assert scenario.resource(name)["metadata"]["annotations"].get("nodewright.io/disable") == "true"
+    return nodes, name
+
+
+@scenario_named("cli-update-state")
+def test_cli_update_state(scenario):
+    """update-state sets a package's recorded stage and state by hand: test-package|1.0.0
+    at apply/erroring on every node. (upstream: cli/update-state; its
+    ``update-state SKYHOOK PACKAGE VERSION STAGE STATE`` covers every node, NodeWright's
+    ``node update-state NODE --package P --version V --stage S --state S`` one node, so
+    it runs once per node)"""
+    nodes, name = disabled_after_rollout(scenario, 2)
+    events = {node: recorded(scenario, node, "NodeWrightStateUpdated") for node in nodes}
+    for node in nodes:
+        done = scenario.nodewright("node", "update-state", node, "--package", "test-package", "--version", "1.0.0",
+                                   "--stage", "apply", "--state", "erroring", "--yes", *triage_args(scenario))
+        assert done.returncode == 0, output(done)
+    for node in nodes:
+        assert scenario.node_packages(node, name)["test-package|1.0.0"] == {"stage": "apply", "state": "erroring"}
+        assert scenario.node_status(node, name) == "erroring"
+        assert recorded(scenario, node, "NodeWrightStateUpdated") == events[node] + 1, "the change is recorded"
+
+
+@scenario_named("cli-update-state-reject")
+def test_cli_update_state_reject(scenario):
+    """update-state refuses a package that is not in the resource's spec, an unknown stage
+    and an unknown state, and changes nothing. (upstream: cli/update-state-reject)"""
+    (node,), name = scenario.add_nodes(1), scenario.apply("skyhook.yaml")[0]
+    proc = scenario.until_settled(name)
+    assert proc.returncode == 0 and complete(scenario, name), output(proc)
+    before = scenario.node(node)["metadata"]["annotations"][scenario.state_key(name)]
+    events = recorded(scenario, node, "NodeWrightStateUpdated")
+
+    def refused(proc, words):
+        text = (proc.stdout + proc.stderr).lower()
+        assert proc.returncode != 0 and words in text, output(proc)
+
+    def update(package, stage, state):
+        return scenario.nodewright("node", "update-state", node, "--package", package, "--version", "1.0.0",
+                                   "--stage", stage, "--state", state, "--resource", name, "--yes",
+                                   *triage_args(scenario))
+
+    refused(update("nonexistent-pkg", "apply", "complete"), "package nonexistent-pkg is not in nodewright %s" % name)
+    refused(update("test-package", "bogus-stage", "complete"), "invalid choice: 'bogus-stage'")
+    refused(update("test-package", "apply", "weird-state"), "invalid choice: 'weird-state'")
+    assert scenario.node(node)["metadata"]["annotations"][scenario.state_key(name)] == before
+    assert recorded(scenario, node, "NodeWrightStateUpdated") == events, "no change was recorded"
+
+
+@scenario_named("cli-reset-package")
+def test_cli_reset_package(scenario):
+    """reset --package forgets one package on the node and keeps the other's record.
+    (upstream: cli/reset-package; its ``reset SKYHOOK --package P`` covers every node,
+    NodeWright's ``reset NODE --package P`` one node; batch state is not touched, as
+    upstream's --skip-batch-reset)"""
+    nodes, name = disabled_after_rollout(scenario, 2)
+    versions = {p: spec["version"] for p, spec in scenario.resource(name)["spec"]["packages"].items()}
+    batch = scenario.resource(name)["status"].get("compartmentStatuses")
+    events = {node: recorded(scenario, node, "NodeWrightPackageReset") for node in nodes}
+    for node in nodes:
+        done = scenario.nodewright("reset", node, "--package", "pkg-one", "--resource", name, "--yes",
+                                   *triage_args(scenario))
+        assert done.returncode == 0, output(done)
+    for node in nodes:
+        packages = scenario.node_packages(node, name)
+        assert "pkg-one|%s" % versions["pkg-one"] not in packages, packages
+        assert packages["pkg-two|%s" % versions["pkg-two"]] == {"stage": "config", "state": "complete"}, packages
+        assert recorded(scenario, node, "NodeWrightPackageReset") == events[node] + 1, "the reset is recorded"
+    assert scenario.resource(name)["status"].get("compartmentStatuses") == batch
+
+
+@scenario_named("runtime-required-cordon-after")
+def test_runtime_required_cordon_after(scenario):
+    """Of two runtimeRequired resources on a tainted node, the one with
+    runtimeRequiredCordonAfter leaves the node cordoned when the taint comes off; a
+    later resource's service interrupt keeps that cordon; once somebody else uncordons
+    the node, the record of the cordon goes too. (Its objects are created inline in
+    upstream's chainsaw-test.yaml, read from the steps that create them.)"""
+    labels = {"nodewright.nvidia.com/runtime-required-cordon-after-test": "true"}
+    (node,) = scenario.add_nodes(1, labels=labels, taints=[UPSTREAM_RUNTIME_TAINT])
+    scenario.add_services(node, "rsyslog")
+    after, no_cordon = scenario.apply("chainsaw-test.yaml", step="apply-nodewrights")
+    for name in (after, no_cordon):
+        proc = scenario.until_settled(name)
+        assert proc.returncode == 0, output(proc)
+    for name in (after, no_cordon):
+        assert scenario.node_status(node, name) == "complete"
+    spec = scenario.node(node)["spec"]
+    assert not [t for t in spec.get("taints") or [] if t["key"] == "skyhook.nvidia.com"], spec
+    assert spec.get("unschedulable") is True, spec
+    cordon = "nodewright.io/runtime-required-cordon"
+    assert after in scenario.node(node)["metadata"]["annotations"].get(cordon, ""), "the cordon is recorded"
+    (interrupting,) = scenario.apply("chainsaw-test.yaml", step="apply-interrupting-nodewright")
+    proc = scenario.until_settled(interrupting)
+    assert proc.returncode == 0, output(proc)
+    assert scenario.node_status(node, interrupting) == "complete"
+    assert scenario.node(node)["spec"].get("unschedulable") is True, "the cordon survives the interrupt"
+    assert cordon in scenario.node(node)["metadata"]["annotations"]
+    scenario.sim.core.patch_node(node, {"spec": {"unschedulable": False}})
+    proc = scenario.reconcile()
+    assert proc.returncode == 0, output(proc)
+    assert cordon not in (scenario.node(node)["metadata"].get("annotations") or {}), "the stale record is removed"
+    assert not scenario.node(node)["spec"].get("unschedulable")

@@ -102,6 +102,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
     policy_from_interruption_budget,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.targets import resource_selector, targets
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import conversion_warnings_of
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import order_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
     DEFAULT_PRIORITY,
@@ -504,6 +505,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
         "drain": drain_options(spec.get("drainConfig")),
         "tolerations": spec.get("additionalTolerations") or [],
         "gpu_health": gpu_health.parse_gate(spec.get("gpuHealthGate")),
+        "recorded_conversion_warnings": conversion_warnings_of(original),
         "non_interrupt_wait": non_interrupt_wait_options(spec.get("podNonInterruptWait")),
         "stage_timeout": stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
         "sequencing": spec.get("sequencing", "node"),

@@ -749,5 +749,6 @@ def status_writer(auth):
         return compute_status(res.name, raw_nodes, res.targets, entry.get("packages") or [], override=override,
                               message=message, generation=entry.get("generation"), current=current,
                               pending=pending, uninstalling=set(entry.get("uninstalling") or ()) & pending,
-                              refused=entry.get("refused") or ())
+                              refused=entry.get("refused") or (),
+                              conversion_warnings=entry.get("recorded_conversion_warnings") or ())
     return write

@@ -7,6 +7,7 @@ that ``kubectl get nodewrights`` shows progress like any other controller."""
 from __future__ import annotations
 
 import datetime
+import json
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain as node_drain
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
@@ -45,6 +46,31 @@ def sticky_order(current, node_status, ts):
         elif st != markers.STATUS_UNKNOWN:
             out[node] = ts
     return out
+
+
+CONDITION_CONVERSION_WARNINGS = "ConversionWarnings"
+ANNOTATION_CONVERSION_WARNINGS = markers.PREFIX + "/conversion-warnings"
+
+
+def conversion_warnings_of(obj):
+    """The warnings ``nodewright convert`` recorded on a resource converted from an
+    upstream object (its ``nodewright.io/conversion-warnings`` annotation); [] without."""
+    raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_CONVERSION_WARNINGS)
+    if not raw:
+        return []
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return ["the annotation %s is not a JSON list: %s" % (ANNOTATION_CONVERSION_WARNINGS, raw[:200])]
+    return [str(w) for w in found] if isinstance(found, list) else [str(found)]
+
+
+def conversion_condition(warnings, ts):
+    """``ConversionWarnings``, True while the resource carries its conversion's warnings."""
+    if not warnings:
+        return []
+    return [{"type": CONDITION_CONVERSION_WARNINGS, "status": "True", "reason": "FieldsWithoutEffect",
+             "message": "\n".join(warnings), "lastTransitionTime": ts}]
 
 
 def lifecycle_conditions(malformed, uninstalling, ts):
@@ -94,7 +120,8 @@ def _node_state(node, resource):
 
 
 def compute_status(resource, nodes, targets, packages, override=None, message=None, generation=None,
-                   extra=None, now=None, current=None, pending=(), uninstalling=(), refused=()):
+                   extra=None, now=None, current=None, pending=(), uninstalling=(), refused=(),
+                   conversion_warnings=()):
     """A status object (for the status subresource) from the targeted nodes' markers.
 
     ``override`` forces the overall status (blocked, halted, paused, disabled) with
@@ -202,6 +229,7 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
     ]
     conditions += lifecycle_conditions(malformed, uninstalling, ts)
     conditions += refusal_conditions(refused, ts)
+    conditions += conversion_condition(conversion_warnings, ts)
     status = {
         "status": overall, "message": message,
         "nodeStatus": node_status, "nodeState": node_state, "nodeBootIds": boot_ids,

@@ -233,6 +233,27 @@ def runtime_cordon_patch(node, why):
             "metadata": {"annotations": {markers.ANNOTATION_RUNTIME_CORDON: why}}}
 
 
+def stale_runtime_cordon(node):
+    """Whether ``node`` records a runtimeRequiredCordonAfter cordon that is no longer
+    there (somebody uncordoned the node)."""
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    return markers.ANNOTATION_RUNTIME_CORDON in annotations and not (node.get("spec") or {}).get("unschedulable")
+
+
+STALE_CORDON_TEXT = ("the runtime-required cordon was lifted by someone else: its record %s is removed"
+                     % markers.ANNOTATION_RUNTIME_CORDON)
+
+
+def clear_stale_runtime_cordon(core, name, node, check_mode=False):
+    """Remove the record of a runtimeRequiredCordonAfter cordon somebody lifted (as
+    upstream removes its own); True when there was one."""
+    if not stale_runtime_cordon(node):
+        return False
+    if not check_mode:
+        node_ops.patch_node(core, name, {"metadata": {"annotations": {markers.ANNOTATION_RUNTIME_CORDON: None}}})
+    return True
+
+
 def retaint_after_reboot(node_name, node, rollouts, taint_key=markers.TAINT_RUNTIME_REQUIRED):
     """Whether a runtimeRequired node that rebooted outside NodeWright gets the
     runtime-required taint back: it does when a runtimeRequired resource with
@@ -364,6 +385,9 @@ def enforce(core, name, resources, taint_key=markers.TAINT_RUNTIME_REQUIRED, che
     decision = decide(node, resources, taint_key)
     result = {"changed": False, "action": decision["action"], "tainted": decision["tainted"],
               "resources": decision["resources"], "msg": decision["message"]}
+    if clear_stale_runtime_cordon(core, name, node, check_mode):
+        node = node if check_mode else node_ops.get_node(core, name)
+        result.update(changed=True, msg="%s; %s" % (result["msg"], STALE_CORDON_TEXT))
     with carry_result(result):
         if decision["action"] == OPEN:
             if not check_mode:

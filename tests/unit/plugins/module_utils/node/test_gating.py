@@ -164,3 +164,14 @@ def test_should_auto_taint(created, tainted, resources, states, expected):
     n = node(states, tainted=tainted, created=created)
     ok, why = gating.should_auto_taint(n, resources, NOW, window_s=600)
     assert ok is expected, why
+
+
+def test_a_runtime_cordon_record_is_stale_once_somebody_uncordoned_the_node():
+    recorded = {"metadata": {"annotations": {markers.ANNOTATION_RUNTIME_CORDON: "runtimeRequiredCordonAfter of r"}},
+                "spec": {"unschedulable": True}}
+    assert gating.stale_runtime_cordon(recorded) is False
+    recorded["spec"]["unschedulable"] = False
+    assert gating.stale_runtime_cordon(recorded) is True
+    assert gating.stale_runtime_cordon({"metadata": {}, "spec": {}}) is False
+    # In check mode nothing is written (no API is reached), and it says there was one.
+    assert gating.clear_stale_runtime_cordon(None, "n", recorded, check_mode=True) is True
