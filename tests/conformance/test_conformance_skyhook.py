@@ -326,8 +326,10 @@ def test_runtime_required(scenario):
     assert scenario.resource(name)["status"]["status"] == "complete"
 
 
-@pytest.mark.xfail(strict=True, reason="a downgrade of a package with uninstall.enabled false replaces its old "
-                                      "node-state entry (mypkg|2.1.4); upstream keeps it beside the new mypkg|1.2.3")
+@pytest.mark.xfail(strict=True, reason="a deliberate difference (docs/conformance.md): the node state keeps one "
+                                      "entry per package, the version in effect (mypkg|1.2.3); the replaced "
+                                      "mypkg|2.1.4 is in the package's history on the node, where upstream keeps "
+                                      "it beside the new entry")
 @scenario_named("downgrade-enabled-false-preserves-state")
 def test_downgrade_enabled_false_preserves_state(scenario):
     """A downgrade of a package without a working uninstall installs the old version

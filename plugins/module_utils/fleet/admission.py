@@ -129,7 +129,7 @@ def maintenance_reason(obj):
 
 
 def list_node_maintenances(api):
-    """Node name -> the NodeMaintenances of other requestors on it, in words. Empty when
+    """Node name -> the NodeMaintenances of other requestors on it, in words. None when
     the maintenance-operator's CRD is not installed (404) or cannot be listed (403: the
     run is then not told of them; the chart's role grants the LIST)."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
@@ -144,7 +144,7 @@ def list_node_maintenances(api):
                     found.setdefault(node, []).append(maintenance_reason(obj))
     except ClusterError as exc:
         if (exc.details or {}).get("status") in (403, 404):
-            return {}
+            return None
         raise
     return {node: sorted(reasons) for node, reasons in found.items()}
 

@@ -195,6 +195,7 @@ class ClusterFleet(object):
         self.threaded = threaded
         self.active = None  # the Renewer of the wave that runs now
         self.lists = 0
+        self.maintenance_readable = True  # False once NodeMaintenances proved absent or forbidden in this run
 
     def read(self):
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
@@ -207,7 +208,8 @@ class ClusterFleet(object):
         for page in list_pages(self.api, "/api/v1/nodes", "list nodes for admission"):
             raw.extend(page)
         self.lists += 1
-        maintenance = list_node_maintenances(self.api)
+        maintenance = list_node_maintenances(self.api) if self.maintenance_readable else None
+        self.maintenance_readable = maintenance is not None
         view = FleetView([node_info(o, maintenance) for o in raw], holders, now, expired)
         return view, raw, obj
 

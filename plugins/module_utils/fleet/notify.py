@@ -117,6 +117,7 @@ class Notifier(object):
         self.send = send
         self.warn = warn
         self.log = []
+        self._targets = {u: target(u) for u in settings.urls} if settings is not None else {}
 
     def emit(self, event, title, body, resource=None):
         if self.settings is None or event not in self.settings.events:
@@ -127,7 +128,7 @@ class Notifier(object):
                 ok, error = self.send(url, "NodeWright: %s" % title, body, _TYPES[event])
             except Exception as exc:  # noqa: BLE001 - a notification never stops a rollout
                 ok, error = False, "%s: %s" % (type(exc).__name__, exc)
-            entry = {"event": event, "target": target(url), "title": "NodeWright: %s" % title, "ok": bool(ok)}
+            entry = {"event": event, "target": self._targets[url], "title": "NodeWright: %s" % title, "ok": bool(ok)}
             if resource:
                 entry["resource"] = resource
             if not ok:
