@@ -56,16 +56,6 @@ def ignore_patch(node, undo=False):
     return {"metadata": {"labels": {markers.LABEL_IGNORE: "true"}}}
 
 
-def recorded_resources(node):
-    """Resources NodeWright has marks for on this node (state annotations, status labels)."""
-    meta = node.get("metadata") or {}
-    found = {k[len(markers.ANNOTATION_STATE_PREFIX):] for k in (meta.get("annotations") or {})
-             if k.startswith(markers.ANNOTATION_STATE_PREFIX)}
-    found |= {k[len(markers.LABEL_STATUS) + 1:] for k in (meta.get("labels") or {})
-              if k.startswith(markers.LABEL_STATUS + "-")}
-    return sorted(found)
-
-
 def reset_patch(node, resource=None):
     """Patch that forgets NodeWright's record of ``resource`` on the node (of every
     resource when None, and then the blocked-by note too): status labels and state

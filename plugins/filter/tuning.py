@@ -3,10 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """Filters for intent-based NVIDIA host tuning (controller side).
 
-The logic lives in ``module_utils/tuning/`` (pure) and ``plugin_utils/tuning_files.py``
-(the controller side: it loads the YAML profile layers shipped with the
-``nodewright.fleet.nvidia_tuning`` role, renders the role's templates and runs the
-package's comparator). This plugin hands Ansible's values over as plain data and turns
+The logic lives in ``module_utils/tuning/`` (``shipped`` loads the YAML profile layers
+shipped with the ``nodewright.fleet.nvidia_tuning`` role and renders its templates) and
+``plugin_utils/tuning_files.py`` (runs the package's comparator). This plugin hands Ansible's values over as plain data and turns
 errors into filter errors.
 Each filter is documented in ``plugins/filter/<filter name>.yml``.
 """
@@ -19,14 +18,12 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gpu
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import checks, decide, detect, diff, files
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import checks, decide, detect, diff, files, shipped
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import merge_interrupts
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package import PACKAGE_NAME
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import DEFAULT_POWER_PROFILE_COMMAND
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import tuning_files
-
-DEFAULT_PROFILES_DIR = tuning_files.PROFILES_DIR
 
 
 def _plain(value):
@@ -49,7 +46,7 @@ def _plain(value):
 def load_profiles(profiles_dir=None):
     """Read every ``*.yml`` layer under ``profiles_dir``; names are paths without ``.yml``."""
     try:
-        return tuning_files.load_profiles(profiles_dir)
+        return shipped.load_profiles(profiles_dir)
     except NodeWrightError as exc:
         raise AnsibleFilterError(str(exc))
 
@@ -129,7 +126,7 @@ def tuning_uninstall_paths(state):
 
 
 def tuning_render_files(resolved, power_profile_command=DEFAULT_POWER_PROFILE_COMMAND, templates_dir=None):
-    return _call(tuning_files.render_files, _plain(resolved), _plain(power_profile_command),
+    return _call(shipped.render_files, _plain(resolved), _plain(power_profile_command),
                  templates_dir=_plain(templates_dir) or None)
 
 
@@ -138,7 +135,7 @@ def tuning_package_spec(spec, labels=None, os_image=None, node=None, profiles_di
     spec = _plain(spec) or {}
     facts = [{"name": _plain(node) or "node", "labels": _plain(labels) or {}, "os_image": _plain(os_image)}] \
         if (labels or os_image or node) else []
-    rendered, _unused = _call(tuning_files.package_spec_for_nodes, dict(spec, name=spec.get("name") or PACKAGE_NAME),
+    rendered, _unused = _call(shipped.package_spec_for_nodes, dict(spec, name=spec.get("name") or PACKAGE_NAME),
                               facts, profiles_dir=_plain(profiles_dir) or None)
     return rendered
 

@@ -226,10 +226,11 @@ def run(module):
     if p["name"]:
         blocked = [b for b in blocked if b["name"] == p["name"]]
     holders, now, warning = _reservations(api)
+    pods_of = _pod_reader(api)
     described = desired_state.describe_all(nodewrights, nodes, policies, p["package_dirs"], only=p["name"],
                                            holders=holders, now=now,
                                            env_lookup=desired_state.env_lookup_for(api),
-                                           maintenance=list_node_maintenances(api))
+                                           maintenance=list_node_maintenances(api), pods=pods_of)
     for entry in described["rollouts"]:
         entry["from_cluster"] = from_cluster
         entry["conversion_warnings"] = converted.get(("NodeWright", entry["name"]), [])
@@ -237,7 +238,7 @@ def run(module):
             entry["conversion_warnings"] = entry["conversion_warnings"] + [
                 "DeploymentPolicy %s: %s" % (entry["policy_name"], w)
                 for w in converted.get(("DeploymentPolicy", entry["policy_name"]), [])]
-    _protected_pods(api, described["rollouts"])
+    _protected_pods(pods_of, described["rollouts"])
     blocked = blocked + described["blocked"]
     result = {"changed": False, "rollouts": described["rollouts"], "blocked": blocked,
               "waves": described["waves"], "conflicts": described["conflicts"],
@@ -254,11 +255,22 @@ def run(module):
     return result
 
 
-def _protected_pods(api, rollouts):
+def _pod_reader(api):
+    """label selector text -> the pods it matches, each selector LISTed once."""
+    cache = {}
+
+    def read(selector):
+        if selector not in cache:
+            cache[selector] = [pod for page in list_pages(api, "/api/v1/pods", "list non-interruptible pods",
+                                                          query=[("labelSelector", selector)]) for pod in page]
+        return cache[selector]
+    return read
+
+
+def _protected_pods(pods_of, rollouts):
     """Each rollout's ``protected``: node with work -> the non-interruptible pods running there now,
     which the run will wait for (and past its wait leave the node blocked). One LIST of pods per
     distinct podNonInterruptLabels selector."""
-    pods_of = {}
     for entry in rollouts:
         entry["protected"] = {}
         if not entry.get("non_interruptible") or not entry.get("work"):
@@ -266,11 +278,7 @@ def _protected_pods(api, rollouts):
         selector = to_selector(entry["non_interruptible"], "podNonInterruptLabels")
         if selector.empty:
             continue
-        key = selector.to_string()
-        if key not in pods_of:
-            pods_of[key] = [pod for page in list_pages(api, "/api/v1/pods", "list non-interruptible pods",
-                                                       query=[("labelSelector", key)]) for pod in page]
-        entry["protected"] = node_waits.protected_by_node(pods_of[key], selector, entry["work"])
+        entry["protected"] = node_waits.protected_by_node(pods_of(selector.to_string()), selector, entry["work"])
 
 
 ARGUMENT_SPEC = dict(

@@ -34,7 +34,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary
     DEFAULT_POWER_PROFILE_COMMAND,
     SYSCTL_FILE,
 )
-from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import load_profiles, render_files
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.shipped import load_profiles, render_files
 
 pytestmark = pytest.mark.integration
 

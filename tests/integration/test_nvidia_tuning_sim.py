@@ -42,7 +42,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary
     DEFAULT_POWER_PROFILE_COMMAND,
     STATE_FILE,
 )
-from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import render_files
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.shipped import render_files
 
 pytestmark = pytest.mark.integration
 

@@ -213,10 +213,6 @@ def load_json(text, source=None, limits=DEFAULT_LIMITS):
     return value
 
 
-def load_json_file(path, limits=DEFAULT_LIMITS):
-    return load_json(read_text(path, limits, binary=True), source=path, limits=limits)
-
-
 def _children(item):
     # The base types' own methods: a subclass (a lazily templated container) is read as
     # it is stored, without rendering each value on the way.

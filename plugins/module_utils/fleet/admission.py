@@ -437,8 +437,6 @@ class ReservationRecord(object):
         self.name = name
         self.ttl = max(_MIN_TTL, int(ttl or DEFAULT_TTL))
         self.run = run or "%s pid %d" % (socket.gethostname(), os.getpid())
-        self.writes = 0
-        self.reads = 0
         self.conflicts = 0
 
     @property
@@ -461,7 +459,6 @@ class ReservationRecord(object):
         """``(lease object or None, holders, server time)``; AdmissionError when the
         record cannot be read or parsed."""
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import request_json, server_time
-        self.reads += 1
         try:
             obj, headers = request_json(self.api, "GET", self._path(), "read the reservation record %s" % self.where)
         except ClusterError as exc:
@@ -487,7 +484,6 @@ class ReservationRecord(object):
         text = render_record(holders)
         micro = now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
         spec = {"holderIdentity": self.holder_id, "leaseDurationSeconds": self.ttl, "renewTime": micro}
-        self.writes += 1
         try:
             if obj is None:
                 body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -584,12 +580,10 @@ class Renewer(object):
         self._stop = threading.Event()
         self._thread = None
         self._due = None
-        self.renewals = 0
 
     def _renew(self):
         try:
             self.record.renew()
-            self.renewals += 1
         except NodeWrightError as exc:  # the next tick tries again; the wave goes on
             self.warn("could not renew the node reservations in %s: %s" % (self.record.where, exc))
 
@@ -616,13 +610,3 @@ class Renewer(object):
         if self._thread is not None:
             self._thread.join(timeout=30)
         return False
-
-
-@dataclass
-class Admission(object):
-    """What one admission attempt saw and took (for the run report)."""
-
-    holder: str
-    view: FleetView
-    reserved: List[str] = field(default_factory=list)
-    expired: List[str] = field(default_factory=list)

@@ -10,10 +10,11 @@ pair is refused before any node is touched (``find_conflicts``), naming both
 resources, the setting, both values and the nodes; the fix is to make the values
 agree, or the selectors disjoint.
 
-What a package writes is known for the packages whose settings are their config
-(``sysctl``: every key is a kernel parameter; ``kdump``: ``crashkernel`` on the
-kernel command line), for ``nvidia-tuning`` from the profile resolved per node, and
-for every package from the files its ``files/`` tree lays onto the host.
+What a package writes is known from its manifest: the host settings its config writes
+(``hostSettings``: ``sysctl``'s every key is a kernel parameter, ``kdump``'s
+``crashkernel`` goes on the kernel command line), the settings its resolver works out
+per node (``resolver``: nvidia-tuning's profile), and for every package the files its
+``files/`` tree lays onto the host.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import resolvers
 
 
 def _norm(value):
@@ -49,24 +50,23 @@ def _file_digests(root, package):
 def spec_settings(spec, package):
     """``{setting: value}`` a package spec writes on every node it targets."""
     out = {}
-    name = getattr(package, "name", None) or spec.get("name")
-    config = spec.get("config") or {}
-    if name == "sysctl":
-        for key, value in config.items():
-            out["sysctl:%s" % key] = _norm(value)
-    elif name == "kdump" and config.get("crashkernel"):
-        out["cmdline:crashkernel"] = _norm(config["crashkernel"])
-    if package is not None and getattr(package, "root", None):
+    if package is None:
+        return out
+    for key, value in package.settings_from_config(spec.get("config") or {}).items():
+        out[key] = _norm(value)
+    if getattr(package, "root", None):
         out.update(_file_digests(package.root, package))
     return out
 
 
 def node_settings(plan):
-    """``{setting: value}`` resolved for one node (nvidia-tuning's per-node profile)."""
+    """``{setting: value}`` resolved for one node by the packages' resolvers (nvidia-tuning's
+    per-node profile), from the summaries in the node's plan."""
     out = {}
-    tuned = (plan or {}).get("nvidia_tuning") or {}
-    for setting in tuned.get("settings") or []:
-        out["%s:%s" % (setting.get("mechanism"), setting.get("key"))] = _norm(setting.get("value"))
+    for plan_key in resolvers.plan_keys():
+        summary = (plan or {}).get(plan_key) or {}
+        for setting in summary.get("settings") or []:
+            out["%s:%s" % (setting.get("mechanism"), setting.get("key"))] = _norm(setting.get("value"))
     return out
 
 
@@ -103,10 +103,3 @@ def conflict_message(conflict, limit=5):
     return ("NodeWright %s and %s both set %s on %d node(s) (%s), to different values: %r (%s) and %r (%s)"
             % (a, b, describe_setting(conflict["setting"]), len(nodes), shown, conflict["values"][a], a,
                conflict["values"][b], b))
-
-
-def conflict_error(conflicts):
-    """A ValidationError that lists every conflict."""
-    text = "; ".join(conflict_message(c) for c in conflicts)
-    return ValidationError(text, hint="make the values agree, or make the resources' nodeSelectors disjoint; "
-                                      "nothing was changed")

@@ -90,9 +90,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import marker
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gpu_health
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import planner as package_planner
+from ansible_collections.nodewright.fleet.plugins.module_utils.package import resolvers as package_resolvers
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import package as tuning
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import parse_duration
@@ -394,27 +394,11 @@ def node_plan(specs, node, resource_name, desired=None, cache=None):
             "packages": result["packages"]}
 
 
-# --- NVIDIA tuning --------------------------------------------------------------------
-# The nvidia-tuning package's steps run in a plain shell on the node, so its profile is
-# resolved here, from the targeted nodes' labels and OS, into the package's config
-# (module_utils/tuning/package.py). The plan shows the settings.
-
-def nvidia_tuning_specs(specs, nodes, cache=None):
-    """The specs with nvidia-tuning's profile resolved for ``nodes`` (Node objects), and
-    per node name the settings it would get (``tuning.plan_summary``)."""
-    # The shipped profiles and templates are read on the controller.
-    from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import package_spec_for_nodes
-
-    out, per_node = [], {}
-    facts = [tuning.node_facts(n) for n in nodes]
-    for spec in specs:
-        if spec["name"] != tuning.PACKAGE_NAME:
-            out.append(spec)
-            continue
-        spec, settings = package_spec_for_nodes(spec, facts, package=_load(spec["src"], cache))
-        out.append(spec)
-        per_node.update(settings)
-    return out, per_node
+def resolved_specs(specs, nodes, cache=None):
+    """The specs with the config of each package that has a resolver (its manifest names
+    one, e.g. nvidia-tuning's profile) worked out for ``nodes`` (Node objects), and per
+    node name what each resolver would set there (``package/resolvers.py``)."""
+    return package_resolvers.resolve_specs(specs, {s["src"]: _load(s["src"], cache) for s in specs}, nodes)
 
 
 def has_work(specs, node, resource_name, desired=None, cache=None):
@@ -468,7 +452,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
     archs = {package_sources.node_architecture(by_name[t]) for t in targets} - {None}
     images = {}
     specs = package_specs(resource, package_dirs, cache, archs=archs, images=images, env_lookup=env_lookup)
-    specs, tuning_settings = nvidia_tuning_specs(specs, [by_name[t] for t in targets], cache)
+    specs, resolved = resolved_specs(specs, [by_name[t] for t in targets], cache)
     desired = desired_packages(specs, cache)
     plans, malformed = {}, []
     for t in targets:
@@ -479,9 +463,9 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
                         "packages": [], "malformed": problem}
             continue
         plans[t] = node_plan(specs, by_name[t], name, desired=desired)
-    for t, settings in tuning_settings.items():
+    for t, summaries in resolved.items():
         if t in plans:
-            plans[t]["nvidia_tuning"] = settings
+            plans[t].update(summaries)
     policy = policy_for(resource, policies)
     bad = {m["node"] for m in malformed}
     deleting = bool(((original or {}).get("metadata") or {}).get("deletionTimestamp"))
@@ -587,13 +571,14 @@ def settings_of(entry, cache):
 
 
 def describe_all(resources, nodes, policies, package_dirs, only=None, holders=None, now=None, env_lookup=None,
-                 maintenance=None):
+                 maintenance=None, pods=None):
     """Every resource described, conflicts between them refused, and the waves of a run
     of all of them together (the rollout driver's own dry run).
 
     Returns ``{"rollouts", "blocked", "waves", "conflicts", "status", "reason"}``;
     ``only``: the name of the one resource to report (the others are still read, for
-    conflicts and for the nodes they have in progress)."""
+    conflicts and for the nodes they have in progress); ``pods``: label selector text -> the
+    pods it matches, for the dry run of a ``nodeOrder: workload`` policy."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts as conflicts_mod
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import driver as driver_mod
@@ -636,7 +621,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
         state, _note = resume_state(policy, objects.get(entry["name"]))
         runnable.append(driver_mod.ResourceRollout(entry["name"], policy, targets=entry["targets"],
                                                    work=entry["work"], priority=entry["priority"], state=state,
-                                                   order=entry.get("node_order")))
+                                                   order=entry.get("node_order"), data=entry))
     view = driver_mod.simulated_view(nodes, holders, now, maintenance)
     # Read before the dry run, which makes every node it admits healthy.
     unavailable = view.unavailable_nodes()
@@ -649,7 +634,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
                 entry["unavailable"][node] = unavailable[node] + (
                     "; left in progress by this resource: resumed first" if resumed else
                     "; counted against the limits, not admitted until healthy")
-    run, status, reason = driver_mod.plan_run(runnable, view)
+    run, status, reason = driver_mod.plan_run(runnable, view, pods=pods)
     per = {res.name: res for res in run.resources}
     for entry in rollouts:
         res = per.get(entry["name"])

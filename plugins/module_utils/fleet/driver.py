@@ -46,6 +46,7 @@ from typing import Dict
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import alerts as alerts_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import notify as notify_mod
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import workloads
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
     AdmissionError,
     FleetView,
@@ -69,6 +70,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
     record_wave_result,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers import STATUS_IN_PROGRESS
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
 # Overall outcomes of a run, worst first.
 _SEVERITY = (HALTED, INCOMPLETE, WAITING, COMPLETE)
@@ -116,6 +118,11 @@ class ResourceRollout(object):
         self.gate_changed = False             # it opened or closed at the last admission
         self.stopped = None                   # "paused" / "disabled" since the run began
         self.waves = []                       # this resource's waves in this run
+
+    @property
+    def non_interruptible(self):
+        """The resource's podNonInterruptLabels (what holds a node under ``nodeOrder: workload``)."""
+        return self.data.get("non_interruptible") or {}
 
     @property
     def done(self):
@@ -194,7 +201,6 @@ class ClusterFleet(object):
         self.record = record
         self.threaded = threaded
         self.active = None  # the Renewer of the wave that runs now
-        self.lists = 0
         self.maintenance_readable = True  # False once NodeMaintenances proved absent or forbidden in this run
 
     def read(self):
@@ -207,11 +213,17 @@ class ClusterFleet(object):
         raw = []
         for page in list_pages(self.api, "/api/v1/nodes", "list nodes for admission"):
             raw.extend(page)
-        self.lists += 1
         maintenance = list_node_maintenances(self.api) if self.maintenance_readable else None
         self.maintenance_readable = maintenance is not None
         view = FleetView([node_info(o, maintenance) for o in raw], holders, now, expired)
         return view, raw, obj
+
+    def protected_pods(self, selector):
+        """The pods matching the label selector text that have not ended (one LIST)."""
+        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
+        query = [("labelSelector", selector), ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")]
+        return [pod for page in list_pages(self.api, "/api/v1/pods", "list non-interruptible pods", query=query)
+                for pod in page]
 
     def stopped_resources(self):
         """NodeWright resource -> ``paused`` or ``disabled``, as the cluster has them now (one LIST):
@@ -260,6 +272,9 @@ class StaticFleet(object):
     def read(self):
         return self.view, None, None
 
+    def protected_pods(self, selector):
+        return []
+
     def reserve(self, obj, view, assignment, digests):
         return True
 
@@ -279,13 +294,21 @@ class _NoRenew(object):
 
 
 class SimulatedFleet(object):
-    """A dry run's cluster: a fixed view in which every admitted node then completes."""
+    """A dry run's cluster: a fixed view in which every admitted node then completes.
+    ``pods``: ``selector text -> pods`` (the protected pods as planning read them), or None."""
 
-    def __init__(self, view):
+    def __init__(self, view, pods=None):
         self.view = view
+        self.pods = pods
 
     def read(self):
         return self.view, None, None
+
+    def protected_pods(self, selector):
+        # A node the dry run admitted has finished: its pods no longer hold it.
+        done = {name for name, node in self.view.nodes.items() if "complete" in node.statuses.values()}
+        return [p for p in (self.pods(selector) if self.pods else [])
+                if (p.get("spec") or {}).get("nodeName") not in done]
 
     def reserve(self, obj, view, assignment, digests):
         # Every admitted node completes, healthy: from the next wave on it is no longer disrupted.
@@ -320,7 +343,6 @@ class RolloutDriver(object):
         self.waves = []
         self.status = None
         self.reason = None
-        self.admissions = 0
         self.last_view = None
         self.last_raw = None
         # Unavailable nodes count against the limits when a resource of the run targets them.
@@ -355,6 +377,7 @@ class RolloutDriver(object):
         assignment, waves, reasons = {}, {}, {}
         blocked_by_priority = {}
         checks = {}  # one GET per alert gate and admission, however many resources share it
+        pods = {}  # one LIST of protected pods per selector and admission
         for res in self.resources:
             if res.decision is not None and res.decision.status == HALTED:
                 continue
@@ -388,7 +411,7 @@ class RolloutDriver(object):
                                  now=self.now(), done=[t for t in res.done if t in present],
                                  fleet_size=view.size, ignore_windows=False,
                                  resumable=resumable, eligible=pickable | set(resumable), deferred=set(held),
-                                 ignore_soak=self.simulating)
+                                 ignore_soak=self.simulating, order_keys=self._order_keys(res, pods))
             decision = self._gate(res, decision, checks)
             if held and decision.status == COMPLETE:
                 waiting = sorted(n for n in held if n in present)
@@ -409,6 +432,18 @@ class RolloutDriver(object):
         if not assignment:
             return None
         return WaveRun(number=len(self.waves) + 1, assignment=assignment, waves=waves, reasons=reasons)
+
+    def _order_keys(self, res, pods):
+        """Under ``nodeOrder: workload``, node -> when what holds it ends (fleet/workloads.py)."""
+        if res.policy.node_order != "workload":
+            return None
+        selector = to_selector(res.non_interruptible, "podNonInterruptLabels")
+        if selector.empty:
+            return {}
+        text = selector.to_string()
+        if text not in pods:
+            pods[text] = self.fleet.protected_pods(text)
+        return workloads.order_keys(workloads.occupancy(pods[text], selector))
 
     def _gate(self, res, decision, checks):
         """``decision`` under the resource's alert gate: checked when the engine would start a
@@ -496,7 +531,6 @@ class RolloutDriver(object):
         for attempt in range(12):
             view, raw, obj = self.fleet.read()
             stopped = self.fleet.stopped_resources() if hasattr(self.fleet, "stopped_resources") else None
-            self.admissions += 1
             self.last_view, self.last_raw = view, raw
             self._check_policies(view)
             self._tell_unavailable(view)
@@ -722,9 +756,9 @@ def read_view(api, record=None):
     return FleetView(list_node_infos(api), holders, now, expired)
 
 
-def plan_run(resources, view, holder_id=""):
-    """``(driver, status, reason)`` of a dry run over ``view``."""
-    driver = RolloutDriver(resources, SimulatedFleet(view), holder_id=holder_id, wait_for_window=False)
+def plan_run(resources, view, holder_id="", pods=None):
+    """``(driver, status, reason)`` of a dry run over ``view`` (``pods``: see SimulatedFleet)."""
+    driver = RolloutDriver(resources, SimulatedFleet(view, pods), holder_id=holder_id, wait_for_window=False)
     for res in driver.resources:
         res.state.pending = None
     status, reason = driver.simulate()

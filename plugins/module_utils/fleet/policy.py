@@ -58,7 +58,10 @@ STRATEGY_KINDS = ("fixed", "linear", "exponential")
 _COMPARTMENT_NAME_MAX = 63
 
 _SPEC_KEYS = ("default", "compartments", "resetBatchStateOnCompletion", "topology",
-              "fleetDisruptionLimit", "maintenanceWindows", "alertGate")
+              "fleetDisruptionLimit", "maintenanceWindows", "alertGate", "nodeOrder")
+# Order of the nodes a batch may take (fleet/workloads.py): creation time (upstream's), or
+# the nodes with nothing protected running first.
+NODE_ORDERS = ("creation", "workload")
 _COMMON_PARAMS = ("initialBatch", "batchThreshold", "failureThreshold", "safetyLimit")
 _EXTRA_PARAMS = {"fixed": (), "linear": ("delta",), "exponential": ("growthFactor",)}
 
@@ -322,6 +325,7 @@ class DeploymentPolicy(object):
     fleet_disruption_limit: Optional[Budget] = None
     maintenance_windows: Tuple[MaintenanceWindow, ...] = ()
     alert_gate: Optional[AlertGate] = None
+    node_order: str = "creation"
 
     @property
     def all_compartments(self):
@@ -363,6 +367,8 @@ class DeploymentPolicy(object):
         out = {"default": default,
                "compartments": compartments,
                "resetBatchStateOnCompletion": self.reset_batch_state_on_completion}
+        if self.node_order != "creation":
+            out["nodeOrder"] = self.node_order
         if self.topology is not None:
             out["topology"] = self.topology.to_dict()
         if self.fleet_disruption_limit is not None:
@@ -485,6 +491,13 @@ def parse_policy(spec, where="spec"):
     if spec.get("alertGate") is not None:
         gate = parse_alert_gate(spec["alertGate"], _path(where, "alertGate"))
 
+    node_order = spec.get("nodeOrder", "creation")
+    if node_order not in NODE_ORDERS:
+        raise ValidationError("nodeOrder must be one of %s, got %r" % (", ".join(NODE_ORDERS), node_order),
+                              field=_path(where, "nodeOrder"),
+                              hint="workload: nodes with no non-interruptible pod running first, then those whose "
+                                   "pods end soonest; creation: oldest node first (the default)")
+
     return DeploymentPolicy(
         default=default,
         compartments=tuple(compartments),
@@ -493,6 +506,7 @@ def parse_policy(spec, where="spec"):
         fleet_disruption_limit=fleet_limit,
         maintenance_windows=windows,
         alert_gate=gate,
+        node_order=node_order,
     )
 
 

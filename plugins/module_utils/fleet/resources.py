@@ -21,7 +21,6 @@ import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import (
-    DURATION_PATTERN,
     Problems,
     did_you_mean,
     field_path,
@@ -44,10 +43,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers impor
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     CONFIG_KEY_RE,
     NAME_RE,
-    SEMVER_RE,
-    Version,
     config_key_matches,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.versions import SEMVER_RE, Version
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_budget,
     parse_policy,
@@ -86,7 +84,6 @@ ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 NODEWRIGHT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 NODEWRIGHT_NAME_MAX = names.NODEWRIGHT_NAME_MAX
 OBJECT_NAME_PATTERN = names.DNS1123_SUBDOMAIN_PATTERN
-OBJECT_NAME_MAX = names.DNS1123_SUBDOMAIN_MAX
 
 NODEWRIGHT_SPEC_FIELDS = ("nodeSelectors", "packages", "podNonInterruptLabels", "interruptionBudget",
                           "deploymentPolicy", "deploymentPolicyOptions", "priority", "runtimeRequired",
@@ -102,7 +99,6 @@ DRAIN_OPTIONS = {"timeout": "timeout", "gracePeriod": "grace_period", "deleteEmp
                  "force": "force", "ignoreDaemonSets": "ignore_daemonsets", "disableEviction": "disable_eviction"}
 UNINSTALL_FIELDS = ("enabled", "apply")
 NON_INTERRUPT_WAIT_FIELDS = ("timeout", "giveUpAfter")
-STAGE_TIMEOUT_PATTERN = DURATION_PATTERN
 
 _RE = {name: re.compile(pattern) for name, pattern in (
     ("package", PACKAGE_NAME_PATTERN), ("semver", SEMVER_PATTERN), ("sha", CONTAINER_SHA_PATTERN),

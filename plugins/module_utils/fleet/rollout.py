@@ -419,11 +419,6 @@ def wave_facts(wave, records):
     return facts
 
 
-def seconds_until(moment, now):
-    """Seconds from ``now`` until ``moment`` (0 if it has passed)."""
-    return max(0.0, (moment - now).total_seconds())
-
-
 def _members(state, nodes):
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import assign_nodes
     return {name: list(group) for name, group in assign_nodes(state.policy, nodes).items()}

@@ -365,18 +365,3 @@ def convert(obj, drop=(), drop_hint=DROP_HINT):
         raise ValidationError("cannot convert kind %r of %s" % (kind, api_version), field="kind",
                               hint="expected %s or %s" % (main_kind, KIND_DEPLOYMENT_POLICY))
     return Conversion(resource=resource, notes=converter.notes, warnings=converter.warnings)
-
-
-def convert_skyhook(obj, drop=()):
-    """Convert a ``Skyhook`` object to a ``NodeWright`` object (a dict)."""
-    if isinstance(obj, dict) and obj.get("kind") == KIND_DEPLOYMENT_POLICY:
-        raise ValidationError("this is a DeploymentPolicy", field="kind", hint="use convert_deployment_policy()")
-    return convert(obj, drop).resource
-
-
-def convert_deployment_policy(obj, drop=()):
-    """Convert a Skyhook ``DeploymentPolicy`` object to a NodeWright one (a dict)."""
-    if isinstance(obj, dict) and obj.get("kind") != KIND_DEPLOYMENT_POLICY:
-        raise ValidationError("expected kind DeploymentPolicy, got %r" % (obj.get("kind"),), field="kind",
-                              hint="use convert_skyhook() for Skyhook objects")
-    return convert(obj, drop).resource

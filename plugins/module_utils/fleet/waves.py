@@ -30,6 +30,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
     WAVE,
     progress_percent,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import workloads
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.windows import (
     _aware,
     in_maintenance_window,
@@ -128,6 +129,9 @@ class RolloutState(object):
         # compartment -> when its soakTime after its last batch ends (this run only: a new
         # run does not soak what an earlier one finished)
         self.soak_until = dict(soak_until or {})
+        # node -> batches that took nodes behind it in creation order while it waited for its
+        # protected pods (``nodeOrder: workload``; this run only)
+        self.deferrals = {}
 
     def batch(self, compartment):
         if compartment not in self.batches:
@@ -137,27 +141,6 @@ class RolloutState(object):
     def reset_batches(self):
         """Start every compartment again from batch 1 (Skyhook's batch-state reset)."""
         self.batches = {}
-
-    def observe_version(self, version):
-        """Tell the state which package versions the resource wants now.
-
-        A change starts a new rollout: batch state and node outcomes are cleared, so
-        the new version begins with the policy's first, smallest batch. Returns True
-        when it reset.
-        """
-        changed = self.version is not None and version != self.version
-        if changed:
-            self.reset_batches()
-            self.succeeded.clear()
-            self.failed.clear()
-            self.blocked.clear()
-            self.pending = None
-        self.version = version
-        return changed
-
-    def retry_blocked(self):
-        """Make blocked nodes eligible again (e.g. in the next run)."""
-        self.blocked.clear()
 
     def to_dict(self):
         return {"version": self.version, "waveNumber": self.wave_number,
@@ -350,7 +333,8 @@ def _halt_reason(name, batch, strategy, total):
 
 
 def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_size=None,
-              ignore_windows=False, resumable=(), eligible=None, deferred=(), ignore_soak=False):
+              ignore_windows=False, resumable=(), eligible=None, deferred=(), ignore_soak=False,
+              order_keys=None):
     """Choose the next wave, or say why none may start.
 
     ``nodes``: the resource's nodes (mappings with name, labels, creationTimestamp, or
@@ -367,7 +351,9 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     ``now``: for maintenance windows and soak times (default: the current
     time; naive = UTC); a compartment whose ``soakTime`` after its last batch has not
     passed takes no node (``ignore_soak`` for a dry run). ``fleet_size``: the node count a percent
-    ``fleetDisruptionLimit`` is taken of (default: every node passed in).
+    ``fleetDisruptionLimit`` is taken of (default: every node passed in). ``order_keys``:
+    with ``nodeOrder: workload``, node -> ``workloads.Occupancy.sort_key()`` of the nodes
+    protected pods hold (the others are free and go first; ``workloads``).
 
     The chosen wave is remembered in ``state``; report its outcome with
     ``record_wave_result`` before asking for the next.
@@ -412,6 +398,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
         if pickable:
             # Nodes already disrupted are finished first.
             pickable.sort(key=lambda v: v.name not in resume)
+            if order_keys is not None:
+                pickable.sort(key=lambda v: _workload_rank(v, resume, order_keys, state.deferrals))
             candidates[comp.name] = pickable
 
     def decision(status, reason, **extra):
@@ -536,6 +524,8 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
                             "group" if topology.max_in_progress == 1 else "groups"))
         if chosen:
             picks[comp.name] = chosen
+            if order_keys is not None:
+                _note_deferrals(state, group, pickable, chosen, order_keys, label, notes)
 
     notes.extend(waits)
     if not picks:
@@ -550,6 +540,32 @@ def next_wave(state, nodes, in_progress_elsewhere=(), now=None, done=(), fleet_s
     state.pending = wave
     return decision(WAVE, "wave %d: %d node(s) from %s" % (wave.number, len(wave.nodes), ", ".join(
         "%s (%d)" % (name, len(names)) for name, names in picks.items())), wave=wave)
+
+
+def _workload_rank(view, resume, order_keys, deferrals):
+    """Sort key of a pickable node under ``nodeOrder: workload`` (a stable sort keeps the
+    creation order among equals): disrupted nodes, nodes with a place in the resource's
+    nodePriority and nodes passed over too often first, then free nodes, then by when
+    their protected pods end."""
+    if view.name in resume:
+        return (0, workloads.FREE_KEY)
+    if view.sticky is not None or deferrals.get(view.name, 0) >= workloads.MAX_DEFERRALS:
+        return (1, workloads.FREE_KEY)
+    return (2, order_keys.get(view.name, workloads.FREE_KEY))
+
+
+def _note_deferrals(state, group, pickable, chosen, order_keys, label, notes):
+    """Count a batch against each held node it passed over for a newer one, and say so."""
+    position = {v.name: i for i, v in enumerate(group)}
+    taken = set(chosen)
+    newest = max(position[name] for name in chosen)
+    passed = [v.name for v in pickable if v.name not in taken and position[v.name] < newest
+              and v.name in order_keys]
+    for name in passed:
+        state.deferrals[name] = state.deferrals.get(name, 0) + 1
+    if passed:
+        notes.append("%s: %d node(s) still running protected pods left for later (nodeOrder: workload): %s"
+                     % (label, len(passed), _names(passed)))
 
 
 def _duration(seconds):
@@ -632,43 +648,3 @@ def compartment_statuses(state, nodes, done=(), in_progress=()):
             "batchState": state.batch(comp.name).to_dict(),
         }
     return result
-
-
-# --------------------------------------------------------------------------- dry run
-
-
-@dataclass
-class Plan(object):
-    """The waves a policy would make if every node succeeded, and why planning stopped."""
-
-    waves: List[Wave]
-    status: str
-    reason: str
-
-    def __iter__(self):
-        return iter(self.waves)
-
-    def __len__(self):
-        return len(self.waves)
-
-    @property
-    def sizes(self):
-        return [len(w.nodes) for w in self.waves]
-
-    def to_dict(self):
-        return {"waves": [w.to_dict() for w in self.waves], "status": self.status, "reason": self.reason}
-
-
-def plan_waves(policy, nodes, done=(), in_progress_elsewhere=(), fleet_size=None):
-    """Dry run: the sequence of waves ``policy`` would make over ``nodes``, assuming every
-    node succeeds and nodes in progress elsewhere stay so. Maintenance windows are not
-    applied (they decide when a wave starts, not which nodes it holds)."""
-    state = RolloutState(policy)
-    waves = []
-    while True:
-        result = next_wave(state, nodes, in_progress_elsewhere, done=done, fleet_size=fleet_size,
-                           ignore_windows=True)
-        if result.status != WAVE:
-            return Plan(waves=waves, status=result.status, reason=result.reason)
-        waves.append(result.wave)
-        record_wave_result(state, succeeded=result.wave.nodes)

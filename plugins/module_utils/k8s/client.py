@@ -203,16 +203,6 @@ def get_api_client(params=None, environ=None):
     return _CLIENT_CACHE[key]
 
 
-def fresh_api_client(params=None, environ=None):
-    """An ApiClient of its own (not shared through the cache): for a thread that must
-    not share a connection pool with the code it runs beside."""
-    auth = resolve_auth(params, environ)
-    cfg = build_configuration(auth)
-    api = k8s_client.ApiClient(cfg)
-    api.nodewright_target = _describe(auth) if auth.get("host") else cfg.host
-    return api
-
-
 def detached_api_client(api):
     """An ApiClient with ``api``'s configuration whose connections need no file later.
 
@@ -384,7 +374,7 @@ _JSON_HEADERS = {"Accept": "application/json"}
 
 def _raw_get(api, path, query, timeout):
     if hasattr(api, "param_serialize"):  # clients generated with pydantic models (kubernetes >= 35)
-        method, url, headers, body, post = api.param_serialize(
+        method, url, headers, body, _post = api.param_serialize(
             "GET", path, query_params=list(query), header_params=dict(_JSON_HEADERS),
             auth_settings=["BearerToken"])
         resp = api.call_api(method, url, header_params=headers, _request_timeout=timeout)

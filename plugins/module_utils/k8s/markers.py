@@ -66,10 +66,8 @@ EVENT_UNCORDON = "NodeWrightUncordon"
 EVENT_DRAIN = "NodeWrightDrain"
 EVENT_DRAIN_FAILED = "NodeWrightDrainFailed"
 EVENT_BLOCKED = "NodeWrightBlocked"
-EVENT_APPLY = "NodeWrightApply"
 EVENT_INTERRUPT = "NodeWrightInterrupt"
 EVENT_FAILED = "NodeWrightFailed"
-EVENT_COMPLETE = "NodeWrightComplete"
 EVENT_DRIFT = "NodeWrightDrift"
 EVENT_RUNTIME_READY = "NodeWrightRuntimeReady"
 EVENT_REAPPLY = "NodeWrightReapply"
@@ -91,7 +89,6 @@ STATUSES = (STATUS_COMPLETE, STATUS_IN_PROGRESS, STATUS_ERRORING, STATUS_BLOCKED
 
 # Marks of other tools that NodeWright respects and never fights.
 GPU_OPERATOR_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
-GPU_OPERATOR_UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 SKYHOOK_IGNORE = "skyhook.nvidia.com/ignore"
 # NVSentinel's fault handling: the state of its break-fix workflow (quarantined, draining,
 # drain-succeeded, remediating, ...; removed when the node returns) and the health event

@@ -40,8 +40,6 @@ LABEL_VALUE_MAX = 63
 # A NodeWright resource's name becomes part of label keys on nodes
 # (nodewright.io/status-<name>), whose name part is at most 63 characters.
 NODEWRIGHT_NAME_MAX = 56
-# Kubernetes keeps all annotations of an object under 256 KiB together.
-ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -212,10 +210,6 @@ def qualified_key(key, field, what="label key", error=InvalidName):
 
 def label_key(key, field, error=InvalidName):
     return qualified_key(key, field, "label key", error=error)
-
-
-def annotation_key(key, field):
-    return qualified_key(key, field, "annotation key")
 
 
 def taint_key(key, field):

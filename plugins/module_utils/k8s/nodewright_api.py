@@ -16,9 +16,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.markers impor
 
 NODEWRIGHTS = "nodewrights"
 DEPLOYMENT_POLICIES = "deploymentpolicies"
-KIND_PLURALS = {"NodeWright": NODEWRIGHTS, "DeploymentPolicy": DEPLOYMENT_POLICIES}
 GROUP_VERSION = "%s/%s" % (API_GROUP, API_VERSION)
-GROUP_PATH = "/apis/" + GROUP_VERSION
 
 
 def path(plural, name=None, subresource=None, field="name"):

@@ -22,7 +22,6 @@ import re
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import SelectorError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
 
-OPS = ("=", "!=", "in", "notin", "exists", "!")
 _EXPR_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 

@@ -30,7 +30,6 @@ class NodeHandle(object):
         self.name = name
         self.check_mode = check_mode
         self.node = None
-        self.calls = 0
         self._pending = None  # the last metadata patch (what check mode pretends was written)
 
     @property
@@ -39,7 +38,6 @@ class NodeHandle(object):
 
     def read(self):
         from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
-        self.calls += 1
         try:
             self.node = get_json(self.api, self._path, "read node %s" % self.name)
         except ClusterError as exc:
@@ -55,7 +53,6 @@ class NodeHandle(object):
             return False
         if self.check_mode:
             return True
-        self.calls += 1
         node, _headers = request_json(self.api, "PATCH", path, what, body=body, content_type=content_type)
         if node:
             self.node = node
@@ -94,7 +91,6 @@ class NodeHandle(object):
     def event(self, reason, message, event_type="Normal"):
         if self.check_mode:
             return False
-        self.calls += 1
         return node_ops.emit_event(node_ops.core_api(self.api), self.name, reason, message, event_type)
 
     # what the sequence reads -------------------------------------------------------

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import Version, is_version
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.versions import Version, is_version
 
 # Newest first: a key under the newer prefix wins over the legacy one.
 PREFIXES = (markers.UPSTREAM_PREFIX, markers.SKYHOOK_PREFIX)
@@ -52,7 +52,7 @@ STAGE_POST_INTERRUPT = "post-interrupt"
 
 def same_version(a, b):
     """Whether two versions are the same as upstream compares them: ``"1.2"`` is ``1.2.0``
-    (``model.Version``; the text is kept as written everywhere)."""
+    (``versions.Version``; the text is kept as written everywhere)."""
     return is_version(a) and is_version(b) and Version(a) == Version(b)
 
 

@@ -168,9 +168,6 @@ def wait_ready(core, node, timeout, previous_boot_id=None, poll=1.0, clock=time.
 
 # --- health gates ------------------------------------------------------------------------
 
-DEFAULT_PROBLEM_CONDITIONS = ()
-
-
 def evaluate_health(node, conditions=(), labels=None):
     """Pure: which gates fail on this node. ``conditions`` are {type, status} with the
     healthy status expected (Ready -> True; problem conditions -> False)."""

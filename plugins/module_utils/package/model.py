@@ -31,6 +31,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import interrupts as _interrupts
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import config_key_matches
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import parse_json_manifest
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.versions import is_version
 
 NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 # Skyhook's config.json puts no rule on package_name (nvidia_tuned exists); the
@@ -39,15 +40,6 @@ SKYHOOK_NAME_RE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
 STEP_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]+$")
 CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# A package version as upstream NodeWright takes it (Go's golang.org/x/mod/semver with the
-# leading v optional): MAJOR.MINOR.PATCH with an optional pre-release and build, or the
-# shorthands MAJOR.MINOR and MAJOR, which stand for MAJOR.MINOR.0 and MAJOR.0.0. The text
-# is kept as written (it is the image tag and the node-state key); it compares as padded.
-SEMVER_RE = re.compile(
-    r"^v?(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*)"
-    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?)?)?$")
-
 STAGES = ("apply", "config", "upgrade", "uninstall", "post-interrupt")
 CHECK_SUFFIX = "-check"
 ALL_STAGES = tuple(s for stage in STAGES for s in (stage, stage + CHECK_SUFFIX))
@@ -62,73 +54,18 @@ LAYOUT = {FORMAT_NATIVE: ("steps", "files"), FORMAT_SKYHOOK: ("skyhook_dir", "ro
 DEFAULT_STEP_TIMEOUT = 1800
 
 NATIVE_FIELDS = ("name", "version", "description", "stages", "interrupt", "configInterrupts",
-                 "dependsOn", "expectedConfig", "defaultConfig", "configScripts")
+                 "dependsOn", "expectedConfig", "defaultConfig", "configScripts", "hostSettings", "resolver")
+# Kinds of host setting a package's config may declare it writes (``hostSettings``): two
+# resources writing one of them on a node with different values are refused.
+HOST_SETTING_KINDS = ("sysctl", "cmdline")
+# Controller-side resolvers that ship with the collection (``resolver``): they turn a
+# package's config into per-node settings before the package runs (package/resolvers.py).
+RESOLVERS = ("nvidia-tuning",)
 STEP_FIELDS = ("name", "path", "arguments", "env", "returncodes", "idempotent", "upgrade_step",
                "on_host", "timeout")
 SKYHOOK_STEP_FIELDS = {"name": "name", "path": "path", "arguments": "arguments", "env": "env",
                        "returncodes": "returncodes", "idempotence": "idempotent",
                        "upgrade_step": "upgrade_step", "on_host": "on_host", "timeout": "timeout"}
-
-
-# --------------------------------------------------------------------------- versions
-
-class Version(object):
-    """A semantic version (semver 2.0.0) with its precedence rules; ``1.2`` and ``1``
-    (and a leading ``v``) are shorthands of ``1.2.0`` and ``1.0.0``, equal to them."""
-
-    __slots__ = ("text", "major", "minor", "patch", "prerelease", "build")
-
-    def __init__(self, text):
-        m = SEMVER_RE.match(text) if isinstance(text, str) else None
-        if not m:
-            raise ValueError("%r is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0, or MAJOR.MINOR)" % (text,))
-        self.text = text
-        self.major, self.minor, self.patch = int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)
-        self.prerelease = tuple(m.group(4).split(".")) if m.group(4) else ()
-        self.build = m.group(5) or ""
-
-    def _key(self):
-        # A release sorts after its pre-releases; numeric identifiers sort before
-        # alphanumeric ones and compare as numbers.
-        pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in self.prerelease)
-        return (self.major, self.minor, self.patch, 0 if pre else 1, pre)
-
-    def __eq__(self, other):
-        return isinstance(other, Version) and self._key() == other._key()
-
-    def __ne__(self, other):
-        return not self == other
-
-    def __lt__(self, other):
-        return self._key() < other._key()
-
-    def __le__(self, other):
-        return self._key() <= other._key()
-
-    def __gt__(self, other):
-        return self._key() > other._key()
-
-    def __ge__(self, other):
-        return self._key() >= other._key()
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def __str__(self):
-        return self.text
-
-    def __repr__(self):
-        return "Version(%r)" % self.text
-
-
-def is_version(text):
-    return isinstance(text, str) and bool(SEMVER_RE.match(text))
-
-
-def compare_versions(a, b):
-    """-1, 0 or 1 as semantic version ``a`` is lower than, equal to or higher than ``b``."""
-    va, vb = Version(a), Version(b)
-    return (va > vb) - (va < vb)
 
 
 # --------------------------------------------------------------------------- config
@@ -207,7 +144,8 @@ class Package(object):
 
     def __init__(self, name, version, description="", stages=None, interrupt=None,
                  config_interrupts=None, depends_on=None, expected_config=(), default_config=None,
-                 root=None, format=FORMAT_NATIVE, source=None, config_scripts=None):
+                 root=None, format=FORMAT_NATIVE, source=None, config_scripts=None, host_settings=None,
+                 resolver=None):
         self.name = name
         self.version = version
         self.description = description
@@ -220,6 +158,9 @@ class Package(object):
         # stage -> the config keys that may supply the script the stage's steps run
         # (shellscript: apply.sh, apply_check.sh or apply-check.sh, ...)
         self.config_scripts = {k: tuple(v) for k, v in (config_scripts or {}).items()}
+        # kind -> "*" (every config key is a setting of that kind) or {setting: config key}
+        self.host_settings = dict(host_settings or {})
+        self.resolver = resolver
         self.root = root
         self.format = format
         self.source = source
@@ -231,12 +172,6 @@ class Package(object):
     @property
     def files_dirname(self):
         return LAYOUT[self.format][1]
-
-    @property
-    def manifest_name(self):
-        if self.format == FORMAT_SKYHOOK:
-            return MANIFEST_SKYHOOK
-        return os.path.basename(self.source) if self.source else MANIFEST_JSON
 
     def steps(self, stage):
         return self.stages.get(stage, ())
@@ -306,7 +241,22 @@ class Package(object):
             "expectedConfig": list(self.expected_config),
             "defaultConfig": dict(self.default_config),
             "configScripts": {k: list(v) for k, v in sorted(self.config_scripts.items())},
+            "hostSettings": {k: (v if v == "*" else dict(v)) for k, v in sorted(self.host_settings.items())},
+            "resolver": self.resolver,
         }
+
+    def settings_from_config(self, config):
+        """``{"kind:setting": value}`` the config writes on the host, from ``hostSettings``."""
+        out = {}
+        config = config or {}
+        for kind, mapping in sorted(self.host_settings.items()):
+            if mapping == "*":
+                pairs = [(key, key) for key in config]
+            else:
+                pairs = [(setting, key) for setting, key in mapping.items() if key in config]
+            for setting, key in pairs:
+                out["%s:%s" % (kind, setting)] = config[key]
+        return out
 
     def __repr__(self):
         return "Package(%r, %r, format=%r)" % (self.name, self.version, self.format)
@@ -654,6 +604,12 @@ def _from_native(data, root, source, lines):
     else:
         default_config = {}
     config_scripts = _parse_config_scripts(ctx, ("configScripts",), data.get("configScripts", {}), stages)
+    host_settings = _parse_host_settings(ctx, ("hostSettings",), data.get("hostSettings", {}))
+    resolver = data.get("resolver")
+    if resolver is not None and resolver not in RESOLVERS:
+        ctx.error(("resolver",), "unknown resolver %r" % (resolver,),
+                  "resolvers ship with the collection: %s" % ", ".join(RESOLVERS))
+        resolver = None
     if root is not None:
         _check_scripts(ctx, root, FORMAT_NATIVE, stages, "stages")
         _check_entries(ctx, root, FORMAT_NATIVE)
@@ -661,7 +617,26 @@ def _from_native(data, root, source, lines):
     return Package(name, version, description=description, stages=stages, interrupt=interrupt,
                    config_interrupts=config_interrupts, depends_on=depends_on, expected_config=expected,
                    default_config=default_config, root=root, format=FORMAT_NATIVE, source=source,
-                   config_scripts=config_scripts)
+                   config_scripts=config_scripts, host_settings=host_settings, resolver=resolver)
+
+
+def _parse_host_settings(ctx, parts, value):
+    out = {}
+    if not _check_type(ctx, parts, value, dict, "a mapping of setting kind to \"*\" or {setting: config key}"):
+        return out
+    for kind, mapping in value.items():
+        if kind not in HOST_SETTING_KINDS:
+            ctx.error(parts + (kind,), "unknown host setting kind %r" % (kind,),
+                      "one of %s" % ", ".join(HOST_SETTING_KINDS))
+        elif mapping == "*":
+            out[kind] = "*"
+        elif isinstance(mapping, dict) and mapping and all(
+                isinstance(k, str) and isinstance(v, str) and CONFIG_KEY_RE.match(v) for k, v in mapping.items()):
+            out[kind] = dict(mapping)
+        else:
+            ctx.error(parts + (kind,), "must be \"*\" (every config key is a %s setting) or a non-empty mapping of "
+                      "setting name to config key" % kind, "e.g. {\"crashkernel\": \"crashkernel\"}")
+    return out
 
 
 def _parse_depends_on(ctx, parts, value, own_name):

@@ -76,10 +76,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupt
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     NAME_RE,
-    Version,
     config_hashes,
-    is_version,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.versions import Version, is_version
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as _retries
 
 PHASE_MAIN = "main"

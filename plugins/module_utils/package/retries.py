@@ -23,12 +23,10 @@
   NodeWright's rule since v0.16). Other packages downgrade as they always did: the
   installed version's uninstall, then the apply of the wanted one.
 
-Stdlib and the package model only: the package runner on the node uses it.
+Stdlib only: the package runner on the node uses it.
 """
 
 from __future__ import annotations
-
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import Version
 
 DEFAULT_STAGE_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = 1.0
@@ -43,11 +41,6 @@ def backoff_delay(retry, base=DEFAULT_RETRY_BACKOFF, cap=MAX_RETRY_BACKOFF):
     if retry < 1 or not base:
         return 0.0
     return float(min(cap, base * 2 ** (retry - 1)))
-
-
-def backoff_schedule(retries, base=DEFAULT_RETRY_BACKOFF, cap=MAX_RETRY_BACKOFF):
-    """The pauses before each of ``retries`` retries."""
-    return [backoff_delay(n, base, cap) for n in range(1, retries + 1)]
 
 
 def budget(retries):
@@ -83,11 +76,6 @@ def exhausted_reason(entry, retries):
 def restart_limit_reached(state):
     """Whether the node state says a non-reboot interrupt used up its restarts."""
     return bool(isinstance(state, dict) and state.get("restartLimitReached"))
-
-
-def is_downgrade(have, want):
-    """Whether ``want`` is an older version than ``have`` (semantic versions)."""
-    return Version(want) < Version(have)
 
 
 def downgrade_reason(name, have, want):

@@ -230,9 +230,6 @@ class PackageStore(object):
         return self.layout.state_file()
 
     # ----------------------------------------------------------------- history
-    def history(self, name):
-        return read_json(self.root.outer(self.history_file(name)), {"name": name, "history": []})
-
     def record_history(self, name, version, record):
         path = self.root.outer(self.history_file(name))
         data = read_json(path, None) or {"name": name, "history": []}

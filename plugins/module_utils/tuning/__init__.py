@@ -2,10 +2,10 @@
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
 """Intent-based NVIDIA host tuning: profile resolution, the files it writes, diffs,
-read-back checks and the nvidia-tuning package's config. Pure and stdlib only: the
-profile layers come in as plain dicts (``plugins/plugin_utils/tuning_files.py`` reads
-the shipped ones on the controller and renders the role's templates); the accelerator
-comes from ``node/gpu.py``.
+read-back checks and the nvidia-tuning package's config. Pure and stdlib only but
+``shipped``: the profile layers come in as plain dicts (``shipped`` reads the ones that
+ship with the collection, on the controller, and renders the role's templates); the
+accelerator comes from ``node/gpu.py``.
 
 - ``vocabulary``: mechanisms, options, GPU settings, host paths;
 - ``detect``: the node's cloud and operating system;
@@ -15,7 +15,8 @@ comes from ``node/gpu.py``.
 - ``files``: what a resolved profile writes on the host;
 - ``diff``: what changed since the host's record, and the record itself;
 - ``checks``: what to read back and the verdict's result;
-- ``package``: the nvidia-tuning package's config, resolved on the controller.
+- ``package``: the nvidia-tuning package's config, resolved on the controller;
+- ``shipped``: the collection's profiles, templates and package, read on the controller.
 
 A *layer* is a mapping::
 

@@ -21,6 +21,7 @@ the node's memory are known, so the provider checks move to the host's preflight
 from __future__ import annotations
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import MISSING
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.detect import driver_source
 
 GPU_OPERATOR = "gpu-operator"
@@ -163,7 +164,7 @@ def host_facts(observed, labels=None, applied=None):
     if memory.isdigit():
         facts["memory_kib"] = int(memory)
     sysctls = {k[len("sysctl:"):]: v for k, v in observed.items()
-               if k.startswith("sysctl:") and v not in (None, "", "<missing>")}
+               if k.startswith("sysctl:") and v not in (None, "", MISSING)}
     if sysctls:
         facts["sysctl"] = sysctls
     if applied:

@@ -90,7 +90,6 @@ def test_reset_patch_forgets_records_but_keeps_the_cordon_record():
     labels = {markers.status_label("a"): "complete", markers.status_label("b"): "erroring",
               markers.LABEL_STATUS: "erroring"}
     n = node("n", labels=labels, annotations=annotations)
-    assert actions.recorded_resources(n) == ["a", "b"]
     one = actions.reset_patch(n, "b")
     assert one["metadata"]["labels"] == {markers.status_label("b"): None, markers.LABEL_STATUS: "complete"}
     assert one["metadata"]["annotations"] == {markers.state_annotation("b"): None}

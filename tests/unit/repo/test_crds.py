@@ -20,6 +20,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import poli
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import windows as windows_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import resources
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import DURATION_PATTERN
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import INTERRUPT_TYPES
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import state_patch
@@ -203,8 +204,8 @@ def test_nodewright_parity_fields(nodewright_crd):
     for schema in (at(spec, "stageTimeout"), at(package, "stageTimeout"), at(spec, "drainConfig.timeout"),
                    at(spec, "drainConfig.gracePeriod")):
         (rule,) = rules(schema)
-        assert rule == "self.matches(r'%s')" % resources.STAGE_TIMEOUT_PATTERN
-        pattern = re.compile(resources.STAGE_TIMEOUT_PATTERN)
+        assert rule == "self.matches(r'%s')" % DURATION_PATTERN
+        pattern = re.compile(DURATION_PATTERN)
         for good in ("0", "30m", "1h30m", "90s", "1.5h", "250ms"):
             assert pattern.match(good)
             resources._duration(good, "x", "stageTimeout")
@@ -256,6 +257,7 @@ FULL_POLICY = {
     "fleetDisruptionLimit": {"count": 2},
     "maintenanceWindows": [{"start": "01:00", "end": "02:00"}],
     "alertGate": {"url": "http://alertmanager.monitoring:9093"},
+    "nodeOrder": "workload",
 }
 
 

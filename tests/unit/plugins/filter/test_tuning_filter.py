@@ -15,6 +15,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.nodewright.fleet.plugins.filter import tuning as tuning_filter
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning import shipped
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import STATE_FILE
 
@@ -69,7 +70,7 @@ def test_load_profiles_reports_bad_files(tmp_path):
 
 def test_site_layers_can_extend_the_shipped_ones(tmp_path):
     site = tmp_path / "profiles"
-    subprocess.run(["cp", "-r", tuning_filter.DEFAULT_PROFILES_DIR, str(site)], check=True)
+    subprocess.run(["cp", "-r", shipped.PROFILES_DIR, str(site)], check=True)
     (site / "intents" / "batchEtl.yml").write_text(textwrap.dedent("""\
         description: Site intent for data preparation jobs.
         inherits: [intents/performance]

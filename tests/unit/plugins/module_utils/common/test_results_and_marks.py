@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""What a failed task says (``changed`` included), the Erroring condition over every
-resource on a node, and what a failed drain blames - pure logic, no cluster."""
+"""The Erroring condition over every resource on a node, and what a failed drain
+blames - pure logic, no cluster."""
 
 from __future__ import annotations
 
@@ -10,109 +10,10 @@ import json
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
-    ClusterError,
-    NodeWrightError,
-    TimeoutExceeded,
-    ValidationError,
-    carry_result,
-)
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import check_text, result_of
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems, ValidationErrors
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops
 
 pytestmark = pytest.mark.unit
-
-
-# --------------------------------------------------------------------------- changed on failure
-
-def test_a_failure_that_carries_a_changed_result_says_changed():
-    def fn():
-        raise NodeWrightError("drain timed out", result={"changed": True, "evicted": ["ns/a"]})
-    result = result_of(fn)
-    assert result["failed"] is True and result["changed"] is True and result["evicted"] == ["ns/a"]
-
-
-def test_a_failure_inside_carry_result_keeps_what_was_done():
-    def fn():
-        result = {"changed": False, "node": "n1"}
-        with carry_result(result):
-            result["changed"] = True  # the node was cordoned
-            raise ClusterError("list pods on node n1: HTTP 500")
-    result = result_of(fn)
-    assert result["failed"] and result["changed"] is True and result["node"] == "n1"
-    assert result["msg"] == "list pods on node n1: HTTP 500"
-
-
-def test_the_errors_own_result_wins_but_changed_stays_true():
-    def fn():
-        result = {"changed": True, "step": "cordon"}
-        with carry_result(result):
-            raise TimeoutExceeded("timed out", result={"changed": False, "step": "drain"})
-    result = result_of(fn)
-    assert result["changed"] is True and result["step"] == "drain"
-
-
-def test_an_unexpected_error_after_a_change_says_changed():
-    def fn():
-        result = {"changed": False}
-        with carry_result(result):
-            result["changed"] = True
-            raise KeyError("boom")
-    result = result_of(fn)
-    assert result["failed"] and result["changed"] is True and "unexpected error" in result["msg"]
-
-
-def test_a_failure_before_any_change_says_unchanged():
-    def fn():
-        raise ValidationError("is not a valid node name", field="name")
-    result = result_of(fn)
-    assert result["changed"] is False and result["msg"] == "name: is not a valid node name"
-
-
-# --------------------------------------------------------------------------- messages
-
-@pytest.mark.parametrize("message,field,text", [
-    ("timeout must be between 1 second and 7 days", "timeout", "timeout must be between 1 second and 7 days"),
-    ("must be a whole number", "timeout", "timeout: must be a whole number"),
-    ("timeouts are odd", "timeout", "timeout: timeouts are odd"),
-    ("spec.priority: must be", "spec.priority", "spec.priority: must be"),
-])
-def test_a_message_that_names_its_field_is_not_prefixed_twice(message, field, text):
-    assert str(ValidationError(message, field=field)) == text
-
-
-def test_several_problems_read_as_one_numbered_list():
-    problems = Problems()
-    with problems.collect():
-        raise ValidationError("first", field="a")
-    with problems.collect():
-        raise ValidationError("second", field="b", hint="fix b")
-    with pytest.raises(ValidationErrors) as err:
-        problems.raise_if_any()
-    assert str(err.value) == "2 problems: (1) a: first; (2) b: second (fix b)"
-    assert [e.field for e in err.value.errors] == ["a", "b"]
-
-
-def test_one_problem_is_raised_as_it_is():
-    problems = Problems()
-    with problems.collect():
-        raise ValidationError("only", field="a")
-    with pytest.raises(ValidationError) as err:
-        problems.raise_if_any()
-    assert not isinstance(err.value, ValidationErrors) and str(err.value) == "a: only"
-
-
-def test_free_text_options_are_bounded():
-    assert check_text("kernel tuning", "reason") == "kernel tuning"
-    with pytest.raises(ValidationError) as err:
-        check_text("x" * 2000, "reason")
-    assert "reason: is 2000 characters long; at most 1024 fit" in str(err.value)
-    with pytest.raises(ValidationError):
-        check_text(7, "reason")
-    with pytest.raises(ValidationError):
-        check_text("", "event.message", required=True)
 
 
 # --------------------------------------------------------------------------- Erroring over all resources

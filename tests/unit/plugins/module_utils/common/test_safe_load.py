@@ -107,7 +107,7 @@ def test_oversized_text_and_files_are_refused(tmp_path):
     big = tmp_path / "big.json"
     big.write_text(json.dumps({"a": "x" * 5000}))
     with pytest.raises(safe_load.InputRefused) as err:
-        safe_load.load_json_file(str(big), limits=small)
+        safe_load.load_yaml_file(str(big), limits=small)
     assert str(big) in str(err.value)
 
 
@@ -137,7 +137,7 @@ def test_the_shipped_yaml_loads(path):
                                         + glob.glob(os.path.join(REPO, "tests", "fixtures", "skyhook", "*",
                                                                  "config.json"))))
 def test_the_shipped_manifests_load(path):
-    assert safe_load.load_json_file(path) == json.load(open(path))
+    assert safe_load.load_json(safe_load.read_text(path), source=path) == json.load(open(path))
 
 
 def test_bounded_size_counts_shared_objects_each_time_without_walking_them_again():

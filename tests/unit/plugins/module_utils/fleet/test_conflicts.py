@@ -72,9 +72,9 @@ def test_a_run_of_one_resource_is_not_stopped_by_a_conflict_between_two_others()
     assert [b["name"] for b in described["blocked"]] == ["first"]
 
 
-def test_conflict_error_lists_every_conflict():
+def test_every_conflict_is_found_and_named_in_words():
     found = conflicts.find_conflicts([("x", 1, {"n1": {"sysctl:a": "1", "file:/etc/f": "d1"}}),
                                       ("y", 2, {"n1": {"sysctl:a": "2", "file:/etc/f": "d2"}})])
     assert [c["setting"] for c in found] == ["file:/etc/f", "sysctl:a"]
-    text = str(conflicts.conflict_error(found))
+    text = "; ".join(conflicts.conflict_message(c) for c in found)
     assert "file /etc/f" in text and "sysctl a" in text

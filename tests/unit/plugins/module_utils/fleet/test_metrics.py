@@ -2,7 +2,7 @@
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
 """Metrics: the text exposition format (rendered, parsed back), the fleet metrics from
-node markers, drift decisions, and the names documented in docs/operating.md."""
+node markers, and the names documented in docs/operating.md."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as m
 
@@ -117,36 +116,6 @@ def test_run_and_package_state_metrics():
     assert ({"kind": "rollout", "outcome": "unreachable"}, 0.0) in parsed["nodewright_last_run_nodes"]
     assert parsed["nodewright_last_run_success"] == [({"kind": "rollout"}, 0.0)]
     assert parsed["nodewright_package_state_count"][0][1] == 1.0
-
-
-# --------------------------------------------------------------------------- drift decisions
-
-
-def test_check_targets_are_completed_nodes_of_enabled_resources():
-    pkg = {"t": {"name": "t", "version": "1.0.0", "stage": "config", "state": "complete"}}
-    nodes = [_node("n1", "r", "complete", pkg), _node("n2", "r", "in_progress", pkg),
-             _node("n3", "r", "complete", pkg, raw="{broken")]
-    nodes[1]["metadata"]["annotations"][markers.state_annotation("r")] = json.dumps({"status": "in_progress"})
-    res = {"metadata": {"name": "r"}, "spec": {"nodeSelectors": {"matchLabels": {"pool": "gpu"}}}}
-    assert drift.check_targets(nodes, [res]) == {"n1": ["r"]}
-    res["metadata"]["annotations"] = {markers.ANNOTATION_DISABLE: "true"}
-    assert drift.check_targets(nodes, [res]) == {}
-
-
-def test_drift_condition_and_reapply_state():
-    assert drift.condition({"r": []})["status"] == "False"
-    item = {"name": "t", "version": "1.0.0", "stage": "config-check", "message": "check failed\nlog..."}
-    cond = drift.condition({"r": [item]})
-    assert cond["status"] == "True" and cond["type"] == markers.CONDITION_DRIFT
-    assert cond["message"] == "host drifted: r/t 1.0.0: config-check failed (check failed)"
-    state = {"status": "complete", "packages": {"t": {"name": "t", "version": "1.0.0", "stage": "config",
-                                                      "state": "complete"}}}
-    new, marked = drift.reapply_state(state, [item, dict(item, name="gone", stage="apply-check")])
-    assert marked == ["t"] and new["status"] == "in_progress"
-    assert new["packages"]["t"]["state"] == "in_progress" and new["packages"]["t"]["stage"] == "config"
-    assert state["packages"]["t"]["state"] == "complete"  # a copy
-    again, _ = drift.reapply_state(state, [dict(item, stage="apply-check")])
-    assert again["packages"]["t"]["stage"] == "apply"
 
 
 def test_check_packages_reruns_only_checks_and_finds_drift(tmp_path):

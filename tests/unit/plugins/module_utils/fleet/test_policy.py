@@ -10,7 +10,6 @@ import datetime
 import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import (
-    NodeWrightError,
     ValidationError,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
@@ -28,18 +27,14 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
     BatchState,
     RolloutState,
     assign_nodes,
-    compartment_statuses,
     is_ignored,
     next_wave,
     order_nodes,
-    plan_waves,
     record_wave_result,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.windows import (
-    in_maintenance_window,
-    next_maintenance_window,
-)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
+
+from engine_dry_run import plan_waves
 
 pytestmark = pytest.mark.unit
 
@@ -231,7 +226,7 @@ def test_blocked_nodes_are_not_counted_in_the_success_percent():
     assert state.batches[DEFAULT_COMPARTMENT].last_batch_size == 1
 
 
-def test_blocked_nodes_retry_after_retry_blocked():
+def test_blocked_nodes_wait_for_the_next_run():
     state = RolloutState(policy({"fixed": {"initialBatch": 2}}))
     nodes = make_nodes(2)
     wave = next_wave(state, nodes, ignore_windows=True).wave
@@ -239,8 +234,9 @@ def test_blocked_nodes_retry_after_retry_blocked():
     decision = next_wave(state, nodes, ignore_windows=True)
     assert decision.status == INCOMPLETE
     assert "1 blocked by non-interruptible pods (n01)" in decision.reason
-    state.retry_blocked()
-    assert next_wave(state, nodes, ignore_windows=True).wave.nodes == ["n01"]
+    # A run starts from a fresh state (resume_state keeps batch states, not node outcomes).
+    again = RolloutState(state.policy, batches=state.batches)
+    assert next_wave(again, nodes, done=["n00"], ignore_windows=True).wave.nodes == ["n01"]
     assert wave.number == 1
 
 
@@ -476,46 +472,6 @@ def test_waiting_when_only_nodes_held_elsewhere_remain():
 WEEKEND_NIGHT = {"days": ["Sat"], "start": "22:00", "end": "04:00"}
 
 
-@pytest.mark.parametrize("window,now,inside", [
-    # 2025-01-04 is a Saturday.
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 4, 23, 0, tzinfo=UTC), True),
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 4, 22, 0, tzinfo=UTC), True),
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 5, 3, 59, tzinfo=UTC), True),    # Sunday morning
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 5, 4, 0, tzinfo=UTC), False),    # end is exclusive
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 4, 21, 59, tzinfo=UTC), False),
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 4, 3, 0, tzinfo=UTC), False),    # Saturday morning: Friday's
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 3, 23, 0, tzinfo=UTC), False),   # Friday night
-    (WEEKEND_NIGHT, datetime.datetime(2025, 1, 4, 23, 0), True),                 # naive = UTC
-    ({"days": ["Sun"], "start": "23:00", "end": "01:00"},                         # Sunday into Monday
-     datetime.datetime(2025, 1, 6, 0, 30, tzinfo=UTC), True),
-    ({"start": "09:00", "end": "17:00"}, datetime.datetime(2025, 1, 7, 12, 0, tzinfo=UTC), True),
-    ({"start": "09:00", "end": "17:00"}, datetime.datetime(2025, 1, 7, 17, 0, tzinfo=UTC), False),
-    ({"start": "00:00", "end": "24:00", "days": ["Tue"]}, datetime.datetime(2025, 1, 7, 23, 59, tzinfo=UTC), True),
-    # Berlin is UTC+1 in winter and UTC+2 in summer.
-    ({"start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin"},
-     datetime.datetime(2025, 1, 7, 21, 30, tzinfo=UTC), True),
-    ({"start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin"},
-     datetime.datetime(2025, 7, 7, 20, 30, tzinfo=UTC), True),
-    ({"start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin"},
-     datetime.datetime(2025, 7, 7, 19, 30, tzinfo=UTC), False),
-    ({"days": ["Mon"], "start": "01:00", "end": "02:00", "timeZone": "America/Los_Angeles"},
-     datetime.datetime(2025, 1, 6, 9, 30, tzinfo=UTC), True),
-])
-def test_in_maintenance_window(window, now, inside):
-    assert in_maintenance_window([window], now) is inside
-
-
-def test_no_windows_means_any_time():
-    assert in_maintenance_window([], datetime.datetime(2025, 1, 1, tzinfo=UTC)) is True
-
-
-def test_next_maintenance_window():
-    wednesday_noon = datetime.datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
-    windows = [WEEKEND_NIGHT, {"days": ["Thu"], "start": "02:00", "end": "03:00", "timeZone": "Europe/Berlin"}]
-    assert next_maintenance_window(windows, wednesday_noon) == datetime.datetime(2025, 1, 2, 1, 0, tzinfo=UTC)
-    assert next_maintenance_window([], wednesday_noon) is None
-
-
 def test_no_wave_starts_outside_a_window():
     pol = policy(maintenanceWindows=[WEEKEND_NIGHT])
     state = RolloutState(pol)
@@ -562,96 +518,10 @@ def test_deployment_policy_options_override_the_policy():
     assert err.value.field == "spec.deploymentPolicyOptions.bogus"
 
 
-def test_version_change_starts_over():
-    pol = policy({"linear": {}}, resetBatchStateOnCompletion=False)
-    state = RolloutState(pol, version="tuning|1.0.0")
-    nodes = make_nodes(4)
-    wave = next_wave(state, nodes, ignore_windows=True).wave
-    record_wave_result(state, succeeded=wave.nodes)
-    assert state.observe_version("tuning|1.0.0") is False
-    assert next_wave(state, nodes, ignore_windows=True).wave.nodes == ["n01", "n02"]
-    record_wave_result(state, succeeded=["n01", "n02"])
-    assert state.observe_version("tuning|1.1.0") is True
-    assert state.succeeded == set() and state.batches == {}
-    assert next_wave(state, nodes, ignore_windows=True).wave.nodes == ["n00"]
-
-
-def test_state_round_trips_through_a_dict():
-    pol = policy({"exponential": {"failureThreshold": 3}})
-    state = RolloutState(pol, version="v1")
-    nodes = make_nodes(10)
-    wave = next_wave(state, nodes, ignore_windows=True).wave
-    record_wave_result(state, succeeded=wave.nodes)
-    next_wave(state, nodes, ignore_windows=True)
-    data = state.to_dict()
-    assert data["batchStates"][DEFAULT_COMPARTMENT] == {
-        "currentBatch": 2, "consecutiveFailures": 0, "completedNodes": 1, "failedNodes": 0,
-        "shouldStop": False, "lastBatchSize": 1, "lastBatchFailed": False}
-    restored = RolloutState.from_dict(pol, data)
-    assert restored.to_dict() == data
-    record_wave_result(restored, succeeded=["n01"], failed=["n02"])
-    assert restored.batches[DEFAULT_COMPARTMENT].consecutive_failures == 1
-
-
-def test_malformed_pending_wave_is_reported():
-    with pytest.raises(ValidationError) as err:
-        RolloutState.from_dict(policy(), {"pendingWave": {"nodes": ["a"]}})
-    assert err.value.field == "rolloutState.pendingWave"
-
-
 def test_selector_objects_serialise_as_strings():
     pol = parse_policy({"default": {"budget": {"count": 1}},
                         "compartments": [{"name": "a", "selector": to_selector("pool=a"), "budget": {"count": 1}}]})
     assert pol.to_dict()["compartments"][0]["selector"] == "pool=a"
-
-
-def test_batch_state_from_partial_status():
-    # Skyhook-style status omits zero values.
-    assert BatchState.from_dict({"currentBatch": 3, "shouldStop": True}) == BatchState(current_batch=3, should_stop=True)
-    with pytest.raises(ValidationError) as err:
-        BatchState.from_dict({"currentBatch": -1}, "status.compartmentStatuses.a.batchState")
-    assert err.value.field == "status.compartmentStatuses.a.batchState.currentBatch"
-
-
-def test_next_wave_needs_the_previous_result_first():
-    state = RolloutState(policy())
-    next_wave(state, make_nodes(2), ignore_windows=True)
-    with pytest.raises(NodeWrightError, match="wave 1 has no recorded result yet"):
-        next_wave(state, make_nodes(2), ignore_windows=True)
-
-
-@pytest.mark.parametrize("kwargs,message", [
-    ({"succeeded": ["n00"], "failed": ["n00"]}, "reported as both succeeded and failed"),
-    ({"failed": ["n00"], "blocked": ["n00"]}, "reported as both failed and blocked"),
-    ({"succeeded": ["stranger"]}, "not in wave 1"),
-])
-def test_record_wave_result_rejects_bad_reports(kwargs, message):
-    state = RolloutState(policy())
-    next_wave(state, make_nodes(2), ignore_windows=True)
-    with pytest.raises(NodeWrightError, match=message):
-        record_wave_result(state, **kwargs)
-
-
-def test_record_without_a_wave():
-    with pytest.raises(NodeWrightError, match="no wave in progress"):
-        record_wave_result(RolloutState(policy()), succeeded=["n00"])
-
-
-def test_compartment_statuses():
-    pol = parse_policy({
-        "default": {"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 2}}},
-        "compartments": [{"name": "canary", "selector": "pool=canary", "budget": {"count": 1}}],
-    })
-    nodes = make_nodes(2, {"pool": "canary"}, prefix="c") + make_nodes(4, prefix="d")
-    state = RolloutState(pol)
-    wave = next_wave(state, nodes, ignore_windows=True).wave
-    record_wave_result(state, succeeded=wave.nodes)
-    next_wave(state, nodes, ignore_windows=True)
-    statuses = compartment_statuses(state, nodes)
-    assert statuses["canary"] == {"matched": 2, "ceiling": 1, "inProgress": 1, "completed": 1,
-                                  "progressPercent": 50, "batchState": state.batches["canary"].to_dict()}
-    assert statuses[DEFAULT_COMPARTMENT]["inProgress"] == 2
-    assert statuses[DEFAULT_COMPARTMENT]["completed"] == 2
 
 
 # --------------------------------------------------------------------------- planner

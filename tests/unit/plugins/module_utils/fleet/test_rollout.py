@@ -6,8 +6,6 @@ variables, the wave facts and the report record, table by table."""
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
@@ -119,9 +117,6 @@ def test_wave_facts_and_seconds_until():
         "c1": {"wave": 1, "compartment": "canary", "wave_size": 3, "policy": "inline"},
         "g1": {"wave": 1, "compartment": "__default__", "wave_size": 3, "policy": "inline"},
         "g2": {"wave": 1, "compartment": "__default__", "wave_size": 3, "policy": "inline"}}
-    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
-    assert rollout.seconds_until(now + datetime.timedelta(minutes=5), now) == 300
-    assert rollout.seconds_until(now - datetime.timedelta(minutes=5), now) == 0
 
 
 def test_record_follows_the_engine_to_a_halt():

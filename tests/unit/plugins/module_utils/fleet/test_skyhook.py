@@ -11,13 +11,10 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import plan_waves
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import validate_nodewright
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import (
-    convert,
-    convert_deployment_policy,
-    convert_skyhook,
-)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import convert
+
+from engine_dry_run import plan_waves
 
 pytestmark = pytest.mark.unit
 
@@ -115,7 +112,7 @@ def test_realistic_skyhook_converts_field_for_field():
 def test_input_is_not_modified():
     original = skyhook_from_cluster()
     kept = copy.deepcopy(original)
-    convert_skyhook(original)
+    convert(original)
     assert original == kept
 
 
@@ -172,7 +169,7 @@ def test_legacy_fields():
 def test_interruption_budget(budget, converted):
     obj = legacy_skyhook()
     obj["spec"]["interruptionBudget"] = budget
-    assert convert_skyhook(obj)["spec"].get("interruptionBudget") == converted
+    assert convert(obj).resource["spec"].get("interruptionBudget") == converted
 
 
 def with_package_field(key, value):
@@ -299,7 +296,7 @@ def test_upstream_uninstall_apply_and_node_sequencing():
     obj = skyhook_from_cluster()
     obj["spec"]["sequencing"] = "node"
     obj["spec"]["packages"]["nvidia-setup"]["uninstall"] = {"enabled": True, "apply": True}
-    spec = convert_skyhook(obj)["spec"]
+    spec = convert(obj).resource["spec"]
     assert spec["sequencing"] == "node"
     assert spec["packages"]["nvidia-setup"]["uninstall"] == {"enabled": True, "apply": True}
 
@@ -382,7 +379,7 @@ def test_deployment_policy_errors(change, field):
     obj = skyhook_policy()
     change(obj["spec"])
     with pytest.raises(ValidationError) as err:
-        convert_deployment_policy(obj)
+        convert(obj)
     assert err.value.field == field
 
 
@@ -397,11 +394,7 @@ def test_unsupported_objects(obj, field):
     assert err.value.field == field
 
 
-def test_kind_specific_entry_points():
-    with pytest.raises(ValidationError, match="use convert_deployment_policy"):
-        convert_skyhook(skyhook_policy())
-    with pytest.raises(ValidationError, match="use convert_skyhook"):
-        convert_deployment_policy(skyhook_from_cluster())
+def test_an_object_must_be_a_mapping():
     with pytest.raises(ValidationError):
         convert("not an object")
 

@@ -178,14 +178,6 @@ def test_every_recognised_taint_comes_off_together():
     assert gating.taint_patch(n, False)["spec"]["taints"] == []
 
 
-def test_upstreams_ignore_label_is_recognised():
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import targets
-    assert targets.is_ignored({"nodewright.nvidia.com/ignore": "true"})
-    assert targets.is_ignored({"skyhook.nvidia.com/ignore": "true"})
-    assert not targets.is_ignored({"nodewright.nvidia.com/ignore": "false"})
-    assert not targets.not_ignored().matches({"nodewright.nvidia.com/ignore": "true"})
-
-
 def test_the_runner_takes_adopted_entries_and_the_drift_check_skips_them(tmp_path):
     from ansible_collections.nodewright.fleet.plugins.module_utils.package import runner
     import os

@@ -13,16 +13,20 @@ import os
 import jsonschema
 import pytest
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.package.jsonlines import json_line_map
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import (
     FORMAT_SKYHOOK,
     PackageError,
-    Version,
-    compare_versions,
     config_hashes,
     load_package,
     render_config_value,
 )
+from ansible_collections.nodewright.fleet.plugins.module_utils.package.versions import Version
+
+
+def compare_versions(a, b):
+    va, vb = Version(a), Version(b)
+    return (va > vb) - (va < vb)
+
 
 pytestmark = pytest.mark.unit
 
@@ -333,9 +337,3 @@ def test_config_hashes_are_per_key_and_stable():
     assert a == b and set(a) == {"x", "y"}
     assert config_hashes({"x": "2", "y": {"a": 1, "b": 2}})["y"] == a["y"]
     assert render_config_value({"a": 1}) == '{"a": 1}' and render_config_value(10) == "10"
-
-
-def test_json_line_map():
-    text = '{\n  "a": [\n    1,\n    {"b": "x"}\n  ],\n  "c": "\\"}"\n}'
-    lines = json_line_map(text)
-    assert lines[("a",)] == 2 and lines[("a", 0)] == 3 and lines[("a", 1, "b")] == 4 and lines[("c",)] == 6

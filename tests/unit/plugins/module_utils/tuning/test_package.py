@@ -36,7 +36,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks imp
     check_expectations,
     checks_text,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.detect import os_from_os_image
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import cmdline_tokens
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package import (
     KEY_CHECKS,
@@ -58,16 +57,15 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary
     SYSCTL_FILE,
     WANTS_FILE,
 )
-from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.shipped import (
     PACKAGE_DIR,
     PROFILES_DIR,
     ROLE_DIR,
-    VERDICT_SCRIPT,
-    check_settings,
     load_profiles,
     package_spec_for_nodes,
     render_files,
 )
+from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import VERDICT_SCRIPT, check_settings
 
 pytestmark = pytest.mark.unit
 
@@ -204,15 +202,6 @@ def test_nodes_resolve_from_labels_and_os_image_and_must_agree():
 def test_bad_config_fails_before_any_node_is_touched(config, node, message):
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         spec_for(node, **config)
-
-
-@pytest.mark.parametrize("image,expected", [
-    ("Ubuntu 24.04.1 LTS", "ubuntu-24.04"), ("Ubuntu 22.04.5 LTS", "ubuntu-22.04"),
-    ("Debian GNU/Linux 12 (bookworm)", "debian-12"), ("Red Hat Enterprise Linux 9.4 (Plow)", "rhel-9"),
-    ("Rocky Linux 9.5 (Blue Onyx)", "rhel-9"), ("Container-Optimized OS from Google", "cos"),
-])
-def test_os_from_os_image(image, expected):
-    assert os_from_os_image(image) == expected
 
 
 def test_the_plan_shows_each_nodes_settings():

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""Intent-based NVIDIA tuning: resolution over every accelerator x intent x OS,
-detection, diffs, interrupts and read-back checks."""
+"""Intent-based NVIDIA tuning over the shipped profiles: resolution over every
+accelerator x intent x OS, diffs, interrupts and read-back checks."""
 
 from __future__ import annotations
 
@@ -10,36 +10,18 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.filter.tuning import load_profiles
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
-from ansible_collections.nodewright.fleet.plugins.module_utils.node.gpu import (
-    ACCELERATOR_NAMES,
-    LABEL_ARCH,
-    LABEL_GKE_ACCELERATOR,
-    LABEL_MAJOR,
-    LABEL_MINOR,
-    LABEL_PRODUCT,
-    detect_accelerator,
-    detect_accelerator_from_nvidia_smi,
-)
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.checks import (
     CMDLINE_PROBE,
     UNAVAILABLE,
     parse_observations,
     probes,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.detect import (
-    detect_cloud,
-    os_from_os_release,
-)
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.diff import diff_settings, state_record
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.files import (
     cmdline_tokens,
     managed_paths,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import (
-    NOOP,
-    interrupt,
-    merge_interrupts,
-)
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.interrupts import NOOP
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.vocabulary import (
     GRUB_FILE,
@@ -418,139 +400,7 @@ def test_multi_node_inference_inherits_both_parents_in_order():
     assert r["settings"]["gpu:workload_power_profile"]["value"] == "LLM_INFERENCE"
 
 
-# ------------------------------------------------------------------ detection
-
-@pytest.mark.parametrize("product,accelerator,form_factor", [
-    ("NVIDIA-H100-80GB-HBM3", "h100", "sxm"),
-    ("NVIDIA-H100-PCIe", "h100", "pcie"),
-    ("NVIDIA-H100-NVL", "h100", "pcie"),
-    ("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "h100", "sxm"),
-    ("NVIDIA-H200", "h200", "sxm"),
-    ("NVIDIA-H200-NVL", "h200", "pcie"),
-    ("NVIDIA-GH200-480GB", "gh200", "superchip"),
-    ("NVIDIA-GH200-144G-HBM3e", "gh200", "superchip"),
-    ("NVIDIA-B200", "b200", "sxm"),
-    ("NVIDIA-GB200", "gb200", "superchip"),
-    ("NVIDIA-B300-SXM6-AC", "b300", "sxm"),
-    ("NVIDIA-GB300", "gb300", "superchip"),
-])
-def test_detect_from_product_label(product, accelerator, form_factor):
-    got = detect_accelerator({LABEL_PRODUCT: product})
-    assert (got["accelerator"], got["form_factor"], got["source"]) == (accelerator, form_factor, LABEL_PRODUCT)
-    assert got["warnings"] == []
-
-
-def test_superchips_match_before_the_discrete_gpu_they_contain():
-    order = list(ACCELERATOR_NAMES)
-    for superchip, discrete in (("gh200", "h200"), ("gb200", "b200"), ("gb300", "b300")):
-        assert discrete.upper() in superchip.upper()
-        assert order.index(superchip) < order.index(discrete)
-
-
-@pytest.mark.parametrize("labels,accelerator", [
-    ({LABEL_GKE_ACCELERATOR: "nvidia-h100-mega-80gb"}, "h100"),
-    ({LABEL_GKE_ACCELERATOR: "nvidia-h200-141gb"}, "h200"),
-    ({LABEL_GKE_ACCELERATOR: "nvidia-gb200"}, "gb200"),
-    ({LABEL_MAJOR: "10", LABEL_MINOR: "0", LABEL_ARCH: "arm64"}, "gb200"),
-    ({LABEL_MAJOR: "10", LABEL_MINOR: "0", LABEL_ARCH: "amd64"}, "b200"),
-    ({LABEL_MAJOR: "10", LABEL_MINOR: "3", LABEL_ARCH: "arm64"}, "gb300"),
-    ({LABEL_MAJOR: "10", LABEL_MINOR: "3", LABEL_ARCH: "amd64"}, "b300"),
-    ({LABEL_MAJOR: "9", LABEL_MINOR: "0", LABEL_ARCH: "arm64"}, "gh200"),
-])
-def test_detect_without_a_known_product(labels, accelerator):
-    assert detect_accelerator(labels)["accelerator"] == accelerator
-
-
-def test_detect_reports_contradicting_labels():
-    got = detect_accelerator({LABEL_PRODUCT: "NVIDIA-H100-80GB-HBM3", LABEL_MAJOR: "10",
-                                LABEL_MINOR: "0", LABEL_ARCH: "arm64"})
-    assert got["accelerator"] == "h100"
-    assert len(got["warnings"]) == 2
-
-
-def test_undetectable_gpu_says_what_was_detected():
-    with pytest.raises(ValidationError) as err:
-        detect_accelerator({LABEL_PRODUCT: "NVIDIA-A100-SXM4-80GB", LABEL_MAJOR: "8",
-                              LABEL_MINOR: "0", LABEL_ARCH: "amd64"})
-    message = str(err.value)
-    assert "NVIDIA-A100-SXM4-80GB" in message and "'8'" in message
-    assert "supported: gh200, h200, h100, gb300, b300, gb200, b200" in message
-
-
-def test_ambiguous_compute_capability_names_the_candidates():
-    with pytest.raises(ValidationError, match="h200 or h100"):
-        detect_accelerator({LABEL_MAJOR: "9", LABEL_MINOR: "0", LABEL_ARCH: "amd64"})
-    with pytest.raises(ValidationError, match="no GPU information"):
-        detect_accelerator({})
-
-
-@pytest.mark.parametrize("output,arch,accelerator", [
-    ("NVIDIA H200, 9.0, 0x233510DE\nNVIDIA H200, 9.0, 0x233510DE\n", "x86_64", "h200"),
-    ("NVIDIA H100 80GB HBM3, 9.0", None, "h100"),
-    ("NVIDIA GH200 480GB, 9.0", "aarch64", "gh200"),
-    ("NVIDIA GB200, 10.0\nNVIDIA GB200, 10.0\nNVIDIA GB200, 10.0\nNVIDIA GB200, 10.0", "aarch64", "gb200"),
-    ("NVIDIA B300 SXM6 AC, 10.3", "x86_64", "b300"),
-    ("NVIDIA Graphics Device, 10.0", "aarch64", "gb200"),
-])
-def test_detect_from_nvidia_smi(output, arch, accelerator):
-    got = detect_accelerator_from_nvidia_smi(output, arch=arch)
-    assert got["accelerator"] == accelerator and got["source"] == "nvidia-smi"
-
-
-@pytest.mark.parametrize("output,match", [
-    ("", "listed no GPU"),
-    ("NVIDIA H100 80GB HBM3, 9.0\nNVIDIA H200, 9.0", "mixes accelerators"),
-    ("NVIDIA A100-SXM4-80GB, 8.0", "A100"),
-])
-def test_detect_from_nvidia_smi_refuses(output, match):
-    with pytest.raises(ValidationError, match=match):
-        detect_accelerator_from_nvidia_smi(output, arch="x86_64")
-
-
-def test_detect_cloud():
-    assert detect_cloud({"eks.amazonaws.com/nodegroup": "gpu"}) == "eks"
-    assert detect_cloud({"cloud.google.com/gke-nodepool": "a3"}) == "gke"
-    assert detect_cloud({"kubernetes.io/arch": "amd64"}) is None
-
-
-@pytest.mark.parametrize("text,expected", [
-    ('NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu-22.04"),
-    ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu-24.04"),
-    ('ID=debian\nVERSION_ID="12"\n', "debian-12"),
-    ('ID="rhel"\nVERSION_ID="9.4"\n', "rhel-9"),
-    ('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.3"\n', "rhel-9"),
-    ('NAME="Container-Optimized OS"\nID=cos\nVERSION_ID=117\n', "cos"),
-])
-def test_os_from_os_release(text, expected):
-    assert os_from_os_release(text) == expected
-
-
-def test_unsupported_os_is_named():
-    with pytest.raises(ValidationError, match="unsupported operating system ubuntu 20.04"):
-        os_from_os_release('ID=ubuntu\nVERSION_ID="20.04"\nPRETTY_NAME="Ubuntu 20.04.6 LTS"\n')
-
-
-# ------------------------------------------------------------------ interrupts and diffs
-
-@pytest.mark.parametrize("interrupts,expected", [
-    ([], NOOP),
-    ([NOOP, NOOP], NOOP),
-    ([{"type": "service", "services": ["b"]}, {"type": "service", "services": ["a", "b"]}],
-     {"type": "service", "services": ["a", "b"]}),
-    ([{"type": "service", "services": ["a"]}, {"type": "restartAllServices"}],
-     {"type": "restartAllServices", "services": []}),
-    ([{"type": "reboot"}, {"type": "service", "services": ["a"]}], {"type": "reboot", "services": []}),
-])
-def test_merge_interrupts(interrupts, expected):
-    assert merge_interrupts(interrupts) == expected
-
-
-def test_merge_interrupts_refuses_unknown_types():
-    with pytest.raises(ValidationError, match="unknown interrupt type"):
-        merge_interrupts([{"type": "kexec"}])
-    with pytest.raises(ValidationError, match="at least one service"):
-        interrupt("service")
-
+# ------------------------------------------------------------------ diffs
 
 def test_same_profile_needs_nothing():
     r = resolve("gb200", "inference")

@@ -27,7 +27,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.package im
     reapplies_every_boot,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import resolve_profile
-from ansible_collections.nodewright.fleet.plugins.plugin_utils.tuning_files import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.shipped import (
     load_profiles,
     package_spec_for_nodes,
     render_files,
@@ -133,14 +133,6 @@ def test_a_tray_keeps_the_distribution_map_count_and_the_kernel_memory_defaults(
     assert again["settings"]["sysctl:vm.max_map_count"]["value"] == "262144"
     raised = resolve("gb200", "multiNodeTraining", "ubuntu-22.04", host={"sysctl": {"vm.max_map_count": "524288"}})
     assert "sysctl:vm.max_map_count" not in raised["settings"]
-
-
-@pytest.mark.parametrize("new,base,lower", [
-    ("262144", "1048576", True), ("1048576", "1048576", False), ("4096 131072 268435456", "4096 131072 6291456", False),
-    ("4096 87380 268435456", "4096 131072 6291456", True), ("bbr", "cubic", False), ("1", "", False),
-])
-def test_lowering_is_number_by_number(new, base, lower):
-    assert lowers(new, base) is lower
 
 
 def test_the_tcp_read_buffers_keep_the_kernel_default_middle_value():
