@@ -138,8 +138,15 @@ def main():
     text = table(run(args.nodes, args.seeds, args.batch), args.seeds, args.batch)
     print(text)
     if not args.no_write:
+        # The hand-written reading (from its first "## " heading on) is kept.
+        kept = ""
+        if os.path.exists(RESULTS):
+            with open(RESULTS) as fh:
+                old = fh.read()
+            if "\n## " in old:
+                kept = "\n" + old[old.index("\n## ") + 1:]
         with open(RESULTS, "w") as fh:
-            fh.write(text)
+            fh.write(text + kept)
 
 
 if __name__ == "__main__":
