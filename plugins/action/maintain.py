@@ -77,20 +77,11 @@ DRAIN_KEYS = {"timeout": "drain_timeout", "force": "drain_force", "delete_emptyd
 # podNonInterruptWait of a resource (desired_state's "non_interrupt_wait") -> option
 WAIT_KEYS = {"timeout": "wait_timeout", "give_up_after": "wait_give_up_after"}
 
-# The module or action each step stands for (the run report draws steps by it).
-STEP_ACTIONS = (("Cordon", "node_cordon"), ("Uncordon", "node_cordon"), ("Give the node back", "node_cordon"),
-                ("Wait for non-interruptible", "node_wait_pods"), ("Drain", "node_drain"),
-                ("Run the packages", "package"), ("Wait for the node to be Ready", "node_wait_ready"),
-                ("Reboot", "reboot"), ("Restart", "command"), ("Reload", "command"),
-                ("Check the health gates", "node_health"), ("Check the node is healthy", "node_health"),
-                ("Open the runtime-required gate", "node_gate"))
-
-
-def step_action(name):
-    for prefix, action in STEP_ACTIONS:
-        if name.startswith(prefix):
-            return "nodewright.fleet." + action if action not in ("command", "reboot") else "ansible.builtin." + action
-    return "nodewright.fleet.node_state"
+# What a step stands for in the run report (``step(..., action=)``): the module or action
+# whose task it is drawn as; a step that only reads or marks the node is node_state.
+CORDON, DRAIN, WAIT_PODS = "nodewright.fleet.node_cordon", "nodewright.fleet.node_drain", "nodewright.fleet.node_wait_pods"
+PACKAGE, WAIT_READY, HEALTH = "nodewright.fleet.package", "nodewright.fleet.node_wait_ready", "nodewright.fleet.node_health"
+GATE, REBOOT, COMMAND = "nodewright.fleet.node_gate", "ansible.builtin.reboot", "ansible.builtin.command"
 
 
 class StepFailed(Exception):
@@ -317,7 +308,9 @@ class _Sequence(object):
 
     # ------------------------------------------------------------------ recording
 
-    def step(self, name, fn):
+    def step(self, name, fn, action="nodewright.fleet.node_state"):
+        """Run one step of the sequence and record it; ``action`` is the module or action the
+        step stands for (the run report draws the step as a task of it)."""
         started = time.monotonic()
         try:
             result = fn()
@@ -326,7 +319,7 @@ class _Sequence(object):
         except NodeWrightError as exc:
             result = {"failed": True, "msg": str(exc), "changed": bool((exc.details or {}).get("changed"))}
         result = result if isinstance(result, dict) else {}
-        entry = {"name": name, "action": step_action(name), "changed": bool(result.get("changed")),
+        entry = {"name": name, "action": action, "changed": bool(result.get("changed")),
                  "failed": bool(result.get("failed")), "seconds": round(time.monotonic() - started, 3),
                  "result": result}
         if result.get("msg"):
@@ -405,7 +398,7 @@ class _Sequence(object):
         self.left_cordoned = self.before_cordon == "cordoned_by_nodewright" and \
             record.get("resource") in (None, self.resource)
         if self.before_cordon != "cordoned_by_nodewright":
-            self.step("Check the node is healthy before touching it", self.pre_health)
+            self.step("Check the node is healthy before touching it", self.pre_health, action=HEALTH)
         state = self.node.state(self.resource)
         if "error" in state:
             # Never overwrite what cannot be read: the operator's edit, or a bug, needs a look.
@@ -470,7 +463,7 @@ class _Sequence(object):
                                 "interrupt", "Drain the node before the interrupt") if why else
                                ("Cordon the node", "Wait for non-interruptible pods to finish", "Drain the node"))
         self.step(cordon, lambda: self.module("node_cordon", state="cordoned", reason=reason,
-                                              resource=self.resource))
+                                              resource=self.resource), action=CORDON)
         if self.selector:
             self.wait_for_protected_pods(wait)
         self.step(drain, lambda: self.module(
@@ -479,7 +472,7 @@ class _Sequence(object):
             ignore_daemonsets=_truthy(self.opt["drain_ignore_daemonsets"]),
             disable_eviction=_truthy(self.opt["drain_disable_eviction"]),
             grace_period=self.opt["drain_grace_period"], skip_namespaces=self.opt["drain_skip_namespaces"] or [],
-            non_interruptible_selector=self.selector or None, resource=self.resource))
+            non_interruptible_selector=self.selector or None, resource=self.resource), action=DRAIN)
         self.node.read()
 
     def wait_for_protected_pods(self, step):
@@ -495,7 +488,7 @@ class _Sequence(object):
             timeout = max(1, min(timeout, int(left))) if left > 0 else 1
         try:
             self.step(step, lambda: self.module(
-                "node_wait_pods", selectors=self.selector, timeout=timeout, resource=self.resource))
+                "node_wait_pods", selectors=self.selector, timeout=timeout, resource=self.resource), action=WAIT_PODS)
         except StepFailed as failure:
             pods = [p["pod"] for p in failure.result.get("blocking") or [] if isinstance(p, dict) and p.get("pod")]
             if not pods or self.phase != "all" or not self.in_rollout:
@@ -585,7 +578,7 @@ class _Sequence(object):
         task_vars = dict(self.task_vars, nodewright_node_architecture=arch) if arch else self.task_vars
         name = "Run the packages" if phase == "main" else "Run the packages' post-interrupt stages"
         try:
-            result = self.step(name, lambda: self.action.package_action(task_vars, args))
+            result = self.step(name, lambda: self.action.package_action(task_vars, args), action=PACKAGE)
         except StepFailed as failure:
             self.remember_packages(failure.result)
             raise
@@ -634,12 +627,12 @@ class _Sequence(object):
         if kind == "reboot":
             previous = self.node.read() and self.node.boot_id()
             if self.host_root != "/" or self.action.is_local():
-                self.step("Reboot through the host root", lambda: self.command(["reboot"]))
+                self.step("Reboot through the host root", lambda: self.command(["reboot"]), action=REBOOT)
             else:
                 self.step("Reboot over SSH", lambda: self.skip_in_check(
-                    lambda: self.action.reboot_action(self.task_vars, self.opt["reboot_timeout"])))
+                    lambda: self.action.reboot_action(self.task_vars, self.opt["reboot_timeout"])), action=REBOOT)
             self.step("Wait for the node to be Ready with a new boot ID", lambda: self.module(
-                "node_wait_ready", previous_boot_id=previous, timeout=self.opt["reboot_timeout"]))
+                "node_wait_ready", previous_boot_id=previous, timeout=self.opt["reboot_timeout"]), action=WAIT_READY)
         elif kind == "service" and services:
             self.restart("Restart the services the packages asked for", ["systemctl", "restart"] + list(services))
         elif kind == "restartAllServices":
@@ -659,7 +652,7 @@ class _Sequence(object):
         while True:
             label = name if not restarts else "%s (restart %d of %d)" % (name, restarts, limit)
             try:
-                result = self.step(label, lambda: self.command(argv))
+                result = self.step(label, lambda: self.command(argv), action=COMMAND)
             except StepFailed as failure:
                 if restarts >= limit:
                     self.pending_state.update({"restarts": restarts, "restartLimitReached": True})
@@ -714,12 +707,12 @@ class _Sequence(object):
                 "node_health", phase="post", conditions=self.opt["health_conditions"],
                 labels=self.opt["health_labels"], validation_job=self.opt["validation_job"] or None,
                 tolerations=self.entry.get("tolerations") or [],
-                timeout=self.opt["health_timeout"]))
+                timeout=self.opt["health_timeout"]), action=HEALTH)
             if self.entry.get("gpu_health"):
                 self.step("Check the GPUs before the node returns to work", self.gpu_check)
             if self.before_cordon != "cordoned_by_other":
                 self.step("Uncordon the node (only NodeWright's own cordon)",
-                          lambda: self.module("node_cordon", state="uncordoned"))
+                          lambda: self.module("node_cordon", state="uncordoned"), action=CORDON)
             self.node.read()
         self.step("Mark the node complete", lambda: self.mark(
             markers.STATUS_COMPLETE, {"step": "done", "reason": "", "restartLimitReached": None, "gpusBefore": None},
@@ -733,7 +726,7 @@ class _Sequence(object):
             params["resources"] = resources
         try:
             self.step("Open the runtime-required gate, or record why it stays closed",
-                      lambda: self.module("node_gate", **params))
+                      lambda: self.module("node_gate", **params), action=GATE)
         except StepFailed:
             pass  # recorded in steps; the node's own outcome stands
 
@@ -755,7 +748,7 @@ class _Sequence(object):
         if self.opt["on_failure"] == "uncordon" and self.before_cordon != "cordoned_by_other" and cordoned:
             try:
                 self.step("Give the node back to work despite the failure",
-                          lambda: self.module("node_cordon", state="uncordoned"))
+                          lambda: self.module("node_cordon", state="uncordoned"), action=CORDON)
                 given_back = True
             except StepFailed:
                 pass
