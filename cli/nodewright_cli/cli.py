@@ -37,7 +37,7 @@ from nodewright_cli import collection  # noqa: F401  (makes the collection impor
 from nodewright_cli import report
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
@@ -119,6 +119,12 @@ def build_parser():
     rec.add_argument("--package-dir", action="append", default=[], help="more package directories (repeatable)")
     rec.add_argument("-e", "--extra-vars", action="append", default=[],
                      help="extra variables for the rollout: KEY=VALUE, JSON, or @file (repeatable)")
+    rec.add_argument("--notify", metavar="URL", action="append", default=[],
+                     help="send each rollout's events (started, batch, blocked, halted, complete) to this Apprise "
+                          "URL; repeat for more (default: $NODEWRIGHT_NOTIFY, URLs separated by spaces, which keeps "
+                          "webhook tokens out of the command line); a failed notification never fails a rollout")
+    rec.add_argument("--notify-events", metavar="EVENT,...", default=_env("NODEWRIGHT_NOTIFY_EVENTS", None),
+                     help="only these of started, batch, blocked, halted, complete (default: all)")
 
     st = sub.add_parser("status", help="nodes with their package states, blocked reasons and the next wave")
     st.add_argument("name", nargs="?", help="only this NodeWright resource (the same as --resource)")
@@ -195,12 +201,36 @@ def cmd_reconcile(args):
                    metrics_address=args.metrics_address, inventory=args.inventory and os.path.abspath(args.inventory),
                    connection=args.connection, workdir=args.workdir and os.path.abspath(args.workdir),
                    taint_key=args.taint_key, package_dirs=[os.path.abspath(d) for d in args.package_dir],
-                   extravars=_extravars(args.extra_vars), resource_selector=args.resource_selector)
+                   extravars=_reconcile_extravars(args), resource_selector=args.resource_selector)
     rec = Reconciler(_cluster(args), opts)
     rec.run_playbook = _with_env(rec.run_playbook, _child_env(args))
     if args.once:
         return rec.run_once(with_drift=args.drift_on_start)
     return rec.run_forever()
+
+
+def _reconcile_extravars(args):
+    """``-e`` with ``--notify`` / ``--notify-events`` as the rollouts' ``nodewright_rollout_notify``,
+    checked before the reconciler starts watching."""
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.notify import parse_notify
+    extravars = _extravars(args.extra_vars)
+    # The flags win over the environment (the chart sets NODEWRIGHT_NOTIFY from a Secret).
+    urls = [u for u in args.notify if u] or _env("NODEWRIGHT_NOTIFY", "").split()
+    if args.notify_events and not urls:
+        raise ValidationError("--notify-events without --notify", field="--notify-events",
+                              hint="name where the events go with --notify URL (or NODEWRIGHT_NOTIFY)")
+    if not urls:
+        if "nodewright_rollout_notify" in extravars:
+            parse_notify(extravars["nodewright_rollout_notify"])
+        return extravars
+    if "nodewright_rollout_notify" in extravars:
+        raise ValidationError("--notify and -e nodewright_rollout_notify both say where events go", field="--notify",
+                              hint="give one of them")
+    value = {"urls": urls}
+    if args.notify_events:
+        value["events"] = [e.strip() for e in args.notify_events.split(",") if e.strip()]
+    parse_notify(value, "--notify")
+    return dict(extravars, nodewright_rollout_notify=value)
 
 
 def _with_env(run, env):

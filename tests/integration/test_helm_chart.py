@@ -179,7 +179,8 @@ def test_deployment_runs_the_reconciler_with_the_values():
     docs = render("nw", "ops", {"image.repository": "registry.corp/nodewright-ee", "image.digest": DIGEST,
                                 "reconciler.interval": "45s", "reconciler.taintKey": "example.com/not-ready",
                                 "resources": {"requests": {"cpu": "50m"}}, "namespace": "gpu-ops",
-                                "reconciler.extraArgs": ["--once=false"]})
+                                "reconciler.extraArgs": ["--once=false"],
+                                "reconciler.notify": {"secretName": "fleet-hooks", "events": "halted,complete"}})
     deploy = by_kind(docs, "Deployment")["nw-nodewright"]
     assert deploy["metadata"]["namespace"] == "gpu-ops"
     assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"] == {"type": "Recreate"}
@@ -196,6 +197,12 @@ def test_deployment_runs_the_reconciler_with_the_values():
     assert env["NODEWRIGHT_TAINT_KEY"] == "example.com/not-ready"
     assert env["NODEWRIGHT_NODE_POD_IMAGE"] == container["image"]
     assert env["NODEWRIGHT_VALIDATION_NAMESPACE"] == "gpu-ops"
+    # Notification URLs come from a Secret: their tokens are not in the pod spec.
+    notify = {e["name"]: e for e in container["env"]}["NODEWRIGHT_NOTIFY"]
+    assert notify == {"name": "NODEWRIGHT_NOTIFY", "valueFrom": {"secretKeyRef": {"name": "fleet-hooks", "key": "urls"}}}
+    assert env["NODEWRIGHT_NOTIFY_EVENTS"] == "halted,complete"
+    assert "NODEWRIGHT_NOTIFY" not in {e["name"] for e in by_kind(render(), "Deployment")["nw-nodewright"]["spec"][
+        "template"]["spec"]["containers"][0]["env"]}
     assert by_kind(docs, "ServiceAccount")["nw-nodewright"]["metadata"]["namespace"] == "gpu-ops"
 
 
@@ -209,6 +216,7 @@ def test_deployment_runs_the_reconciler_with_the_values():
     ({"reconciler.interval": 30}, "/reconciler/interval"),
     ({"admissionPolicies": {"enabled": True}}, "additional properties 'admissionPolicies' not allowed"),
     ({"serviceAccount.create": False}, "serviceAccount.name is needed"),
+    ({"reconciler.notify.events": "halted, finished"}, "/reconciler/notify/events"),
 ])
 def test_values_that_make_no_sense_fail_rendering(values, message):
     args = ["template", "nw", str(CHART)]

@@ -321,3 +321,39 @@ def test_the_collection_is_found_with_its_playbooks_and_packages():
     assert os.path.isfile(os.path.join(collection.FLEET_DIR, "galaxy.yml"))
     assert os.path.isfile(collection.playbook("rollout.yml"))
     assert all(os.path.isdir(d) for d in collection.shipped_package_dirs())
+
+
+# --------------------------------------------------------------------------- reconcile --notify
+
+def reconcile_args(*argv):
+    return cli.build_parser().parse_args(["reconcile"] + list(argv))
+
+
+def test_reconcile_notify_becomes_every_rollouts_notify_variable(monkeypatch):
+    monkeypatch.delenv("NODEWRIGHT_NOTIFY", raising=False)
+    args = reconcile_args("--notify", "json://hooks.example/a", "--notify", "slack://T/B/C",
+                          "--notify-events", "halted, complete", "-e", "x=1")
+    assert cli._reconcile_extravars(args) == {"x": "1", "nodewright_rollout_notify": {
+        "urls": ["json://hooks.example/a", "slack://T/B/C"], "events": ["halted", "complete"]}}
+
+
+def test_reconcile_notify_from_the_environment_unless_a_flag_says_otherwise(monkeypatch):
+    monkeypatch.setenv("NODEWRIGHT_NOTIFY", "json://hooks.example/a  msteams://t/o/k")
+    assert cli._reconcile_extravars(reconcile_args())["nodewright_rollout_notify"] == {
+        "urls": ["json://hooks.example/a", "msteams://t/o/k"]}
+    assert cli._reconcile_extravars(reconcile_args("--notify", "json://other/b"))["nodewright_rollout_notify"] == {
+        "urls": ["json://other/b"]}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--notify-events", "halted"], "--notify-events without --notify"),
+    (["--notify", "json://h/a", "--notify-events", "finished"], "unknown event(s) finished"),
+    (["--notify", "hooks.example"], "is not a notification URL"),
+    (["--notify", "json://h/a", "-e", '{"nodewright_rollout_notify": "json://h/b"}'], "both say where events go"),
+    (["-e", '{"nodewright_rollout_notify": {"urls": []}}'], "needs at least one URL"),
+])
+def test_reconcile_refuses_a_bad_notify_setting_before_it_starts(monkeypatch, argv, message):
+    monkeypatch.delenv("NODEWRIGHT_NOTIFY", raising=False)
+    with pytest.raises(cli.NodeWrightError) as err:
+        cli._reconcile_extravars(reconcile_args(*argv))
+    assert message in str(err.value)
