@@ -125,6 +125,10 @@ def build_parser():
                           "webhook tokens out of the command line); a failed notification never fails a rollout")
     rec.add_argument("--notify-events", metavar="EVENT,...", default=_env("NODEWRIGHT_NOTIFY_EVENTS", None),
                      help="only these of started, batch, blocked, halted, complete (default: all)")
+    rec.add_argument("--notify-batch-interval", metavar="DURATION",
+                     default=_env("NODEWRIGHT_NOTIFY_BATCH_INTERVAL", None),
+                     help="at most one batch notification this often per rollout (e.g. 30m); the batches in "
+                          "between are counted into the next notification (default: every batch)")
 
     st = sub.add_parser("status", help="nodes with their package states, blocked reasons and the next wave")
     st.add_argument("name", nargs="?", help="only this NodeWright resource (the same as --resource)")
@@ -216,8 +220,9 @@ def _reconcile_extravars(args):
     extravars = _extravars(args.extra_vars)
     # The flags win over the environment (the chart sets NODEWRIGHT_NOTIFY from a Secret).
     urls = [u for u in args.notify if u] or _env("NODEWRIGHT_NOTIFY", "").split()
-    if args.notify_events and not urls:
-        raise ValidationError("--notify-events without --notify", field="--notify-events",
+    if (args.notify_events or args.notify_batch_interval) and not urls:
+        flag = "--notify-events" if args.notify_events else "--notify-batch-interval"
+        raise ValidationError("%s without --notify" % flag, field=flag,
                               hint="name where the events go with --notify URL (or NODEWRIGHT_NOTIFY)")
     if not urls:
         if "nodewright_rollout_notify" in extravars:
@@ -229,6 +234,8 @@ def _reconcile_extravars(args):
     value = {"urls": urls}
     if args.notify_events:
         value["events"] = [e.strip() for e in args.notify_events.split(",") if e.strip()]
+    if args.notify_batch_interval:
+        value["batchInterval"] = args.notify_batch_interval
     parse_notify(value, "--notify")
     return dict(extravars, nodewright_rollout_notify=value)
 

@@ -116,6 +116,9 @@ def add_parser(sub):
                         "notification never fails the rollout (docs/rollout.md)")
     p.add_argument("--notify-events", metavar="EVENT,...",
                    help="only these of started, batch, blocked, halted, complete (default: all)")
+    p.add_argument("--notify-batch-interval", metavar="DURATION",
+                   help="at most one batch notification this often (e.g. 30m); the batches in between are counted "
+                        "into the next notification (default: every batch)")
     p.add_argument("--state-resource", metavar="NAME",
                    help="keep the batch state in this NodeWright resource's status and resume from it")
     p.add_argument("--admission", action="store_true",
@@ -190,10 +193,16 @@ def load_notifier(args):
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.notify import Notifier, parse_notify
     urls = list(getattr(args, "notify", None) or [])
     events = getattr(args, "notify_events", None)
-    if events and not urls:
-        raise ValidationError("--notify-events without --notify", field="--notify-events",
+    interval = getattr(args, "notify_batch_interval", None)
+    if (events or interval) and not urls:
+        raise ValidationError("--notify-%s without --notify" % ("events" if events else "batch-interval"),
+                              field="--notify-events" if events else "--notify-batch-interval",
                               hint="name where the events go with --notify URL")
-    value = {"urls": urls, "events": [e.strip() for e in events.split(",") if e.strip()]} if events else urls
+    value = {"urls": urls}
+    if events:
+        value["events"] = [e.strip() for e in events.split(",") if e.strip()]
+    if interval:
+        value["batchInterval"] = interval
     settings = parse_notify(value if urls else None, "--notify")
     if settings is None:
         return None

@@ -66,9 +66,10 @@ notes:
     C(nodewright_rollout_wait_for_window) (default true: outside every maintenance window wait for the next
     one; false: end the play and say when it opens); C(nodewright_rollout_alert_gate) (an C(alertGate)
     mapping that replaces every policy's for this run, see docs/deployment-policy.md);
-    C(nodewright_rollout_notify) (Apprise URLs, a list of them, or a mapping with C(urls) and C(events), of
-    C(started), C(batch), C(blocked), C(halted), C(complete); a failed notification never fails the rollout; see
-    docs/rollout.md); C(nodewright_rollout_k8s_auth) (a mapping of the C(nodewright.fleet.k8s_auth) options, for the policy and
+    C(nodewright_rollout_notify) (Apprise URLs, a list of them, or a mapping with C(urls), C(events) (of
+    C(started), C(batch), C(blocked), C(halted), C(complete)) and C(batchInterval) (at most one batch
+    notification this often, the others counted into the next); a failed notification never fails the rollout;
+    see docs/rollout.md); C(nodewright_rollout_k8s_auth) (a mapping of the C(nodewright.fleet.k8s_auth) options, for the policy and
     Node reads); C(nodewright_rollout_workers)
     (C(processes), the default, forks a worker for every task, as the linear strategy does; C(threads) runs each
     node's M(nodewright.fleet.maintain) task in a thread of the controller when it has no loop, async, timeout,

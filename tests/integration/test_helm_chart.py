@@ -180,7 +180,8 @@ def test_deployment_runs_the_reconciler_with_the_values():
                                 "reconciler.interval": "45s", "reconciler.taintKey": "example.com/not-ready",
                                 "resources": {"requests": {"cpu": "50m"}}, "namespace": "gpu-ops",
                                 "reconciler.extraArgs": ["--once=false"],
-                                "reconciler.notify": {"secretName": "fleet-hooks", "events": "halted,complete"}})
+                                "reconciler.notify": {"secretName": "fleet-hooks", "events": "halted,complete",
+                                                      "batchInterval": "30m"}})
     deploy = by_kind(docs, "Deployment")["nw-nodewright"]
     assert deploy["metadata"]["namespace"] == "gpu-ops"
     assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"] == {"type": "Recreate"}
@@ -200,7 +201,7 @@ def test_deployment_runs_the_reconciler_with_the_values():
     # Notification URLs come from a Secret: their tokens are not in the pod spec.
     notify = {e["name"]: e for e in container["env"]}["NODEWRIGHT_NOTIFY"]
     assert notify == {"name": "NODEWRIGHT_NOTIFY", "valueFrom": {"secretKeyRef": {"name": "fleet-hooks", "key": "urls"}}}
-    assert env["NODEWRIGHT_NOTIFY_EVENTS"] == "halted,complete"
+    assert env["NODEWRIGHT_NOTIFY_EVENTS"] == "halted,complete" and env["NODEWRIGHT_NOTIFY_BATCH_INTERVAL"] == "30m"
     assert "NODEWRIGHT_NOTIFY" not in {e["name"] for e in by_kind(render(), "Deployment")["nw-nodewright"]["spec"][
         "template"]["spec"]["containers"][0]["env"]}
     assert by_kind(docs, "ServiceAccount")["nw-nodewright"]["metadata"]["namespace"] == "gpu-ops"

@@ -132,14 +132,15 @@ def test_a_bad_notification_setting_is_refused_before_any_node_is_touched(sim, t
 
 def test_the_reconciler_notifies_from_its_environment_and_keeps_the_token_out_of_sight(sim, tmp_path, receiver):
     """``nodewright reconcile`` takes its targets from NODEWRIGHT_NOTIFY (the chart sets it
-    from a Secret) and every rollout it starts sends its events there."""
-    fleet = Fleet(sim, tmp_path, [("h100", 1)])
+    from a Secret) and every rollout it starts sends its events there; with a batch
+    interval the second wave's notification is held back and counted into the last one."""
+    fleet = Fleet(sim, tmp_path, [("h100", 2)])
     selector = "test.nodewright.io/notify=%s" % fleet.label
     res = "reconcile-notify-" + fleet.label
     fleet.custom.create_cluster_custom_object(GROUP, VERSION, "nodewrights", {
         "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "NodeWright",
         "metadata": {"name": res, "labels": {"test.nodewright.io/notify": fleet.label}},
-        "spec": {"nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
+        "spec": {"nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}}, "interruptionBudget": {"count": 1},
                  "packages": {"shellscript": {"version": "1.0.0", "configMap": {
                      "apply.sh": "echo notified > /etc/notify-test\n",
                      "apply_check.sh": "test -s /etc/notify-test\n"}}}}})
@@ -148,15 +149,17 @@ def test_the_reconciler_notifies_from_its_environment_and_keeps_the_token_out_of
                 "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "cli"), os.path.join(REPO, ".collections")]),
                 "ANSIBLE_DEPRECATION_WARNINGS": "false",
                 "NODEWRIGHT_NOTIFY": "json://127.0.0.1:%d/hooks/nodewright?-token=%s" % (receiver.port, TOKEN),
-                "NODEWRIGHT_NOTIFY_EVENTS": "started,complete"})
+                "NODEWRIGHT_NOTIFY_EVENTS": "started,batch,complete", "NODEWRIGHT_NOTIFY_BATCH_INTERVAL": "1h"})
     proc = subprocess.run([sys.executable, "-m", "nodewright_cli", "reconcile", "--once", "--inventory",
                            str(tmp_path / "fleet.k8s_nodes.yml"), "--workdir", str(tmp_path / "work"),
                            "--resource-selector", selector], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
-    assert fleet.node_labels(fleet.nodes[0])["nodewright.io/status-%s" % res] == "complete"
+    assert {fleet.node_labels(n)["nodewright.io/status-%s" % res] for n in fleet.nodes} == {"complete"}
     assert [r["body"]["title"] for r in receiver.received] == [
-        "NodeWright: rollout started (%s)" % res, "NodeWright: rollout complete"]
+        "NodeWright: rollout started (%s)" % res, "NodeWright: wave 1 done (1 node(s))", "NodeWright: rollout complete"]
+    assert "1 batch notification(s) held back by batchInterval since the last one: wave 2 done (1 node(s))" in \
+        receiver.received[-1]["body"]["message"]
     assert {r["path"] for r in receiver.received} == {"/hooks/nodewright?token=%s" % TOKEN}
     assert TOKEN not in output

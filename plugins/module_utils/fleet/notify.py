@@ -8,6 +8,11 @@ where they go as Apprise URLs (``slack://...``, ``msteams://...``, ``json://host
 for a generic JSON webhook, ``mailto://...``; https://github.com/caronc/apprise/wiki),
 so one setting reaches whatever a team already reads; Apprise does the sending.
 
+A long rollout makes many batches; ``batchInterval`` (``{urls, events, batchInterval:
+30m}``) sends at most one batch notification per interval and per run: the batches in
+between are counted into the next notification that goes out (batch, blocked, halted or
+complete), so a channel hears of every wave without hearing of each.
+
 A notification never changes the rollout: a target that cannot be reached, an URL
 Apprise does not know, or Apprise missing is recorded (the run report lists every
 notification with its outcome) and the rollout goes on. URLs carry tokens, so the
@@ -16,9 +21,11 @@ report and the output show them as Apprise's privacy form does (tokens elided).
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import parse_duration
 
 STARTED = "started"
 BATCH = "batch"
@@ -27,7 +34,7 @@ HALTED = "halted"
 COMPLETE = "complete"
 EVENTS = (STARTED, BATCH, BLOCKED, HALTED, COMPLETE)
 
-_SHAPE = ("a URL, a list of URLs, or {urls: [...], events: [%s]}; URLs as Apprise writes them, e.g. "
+_SHAPE = ("a URL, a list of URLs, or {urls: [...], events: [%s], batchInterval: 30m}; URLs as Apprise writes them, e.g. "
           "slack://T000/B000/XXXX or json://hooks.example.com/nodewright" % ", ".join(EVENTS))
 # Apprise's own severities for each event (its ``notify_type``).
 _TYPES = {STARTED: "info", BATCH: "info", BLOCKED: "warning", HALTED: "failure", COMPLETE: "success"}
@@ -36,15 +43,24 @@ _TYPES = {STARTED: "info", BATCH: "info", BLOCKED: "warning", HALTED: "failure",
 class NotifySettings(object):
     """Where notifications go (``urls``) and which events are sent (``events``)."""
 
-    def __init__(self, urls, events=EVENTS):
+    def __init__(self, urls, events=EVENTS, batch_interval=0):
         self.urls = list(urls)
         self.events = tuple(e for e in EVENTS if e in events)
+        self.batch_interval = batch_interval  # seconds; 0: every batch is sent
 
     def describe(self):
-        return "%s to %s" % (", ".join(self.events), ", ".join(target(u) for u in self.urls))
+        every = " (batches at most every %ss)" % _number(self.batch_interval) if self.batch_interval else ""
+        return "%s to %s%s" % (", ".join(self.events), ", ".join(target(u) for u in self.urls), every)
 
     def to_dict(self):
-        return {"targets": [target(u) for u in self.urls], "events": list(self.events)}
+        out = {"targets": [target(u) for u in self.urls], "events": list(self.events)}
+        if self.batch_interval:
+            out["batchInterval"] = self.batch_interval
+        return out
+
+
+def _number(value):
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
 
 
 def target(url):
@@ -68,8 +84,9 @@ def parse_notify(value, where="nodewright_rollout_notify"):
     if value is None or value == "" or value == []:
         return None
     events = EVENTS
+    interval = 0
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"urls", "events"})
+        unknown = sorted(set(value) - {"urls", "events", "batchInterval"})
         if unknown:
             raise ValidationError("unknown key(s) %s" % ", ".join(unknown), field=where, hint=_SHAPE)
         if "events" in value:
@@ -80,6 +97,7 @@ def parse_notify(value, where="nodewright_rollout_notify"):
             if wrong:
                 raise ValidationError("unknown event(s) %s" % ", ".join(wrong), field=where + ".events",
                                       hint="one or more of %s" % ", ".join(EVENTS))
+        interval = parse_duration(value.get("batchInterval"), where + ".batchInterval", "batchInterval") or 0
         value = value.get("urls")
         where = where + ".urls"
     urls = [value] if isinstance(value, str) else value
@@ -91,7 +109,7 @@ def parse_notify(value, where="nodewright_rollout_notify"):
                                                                     repr(url)),
                                   field="%s[%d]" % (where, n) if len(urls) > 1 or isinstance(value, list) else where,
                                   hint=_SHAPE)
-    return NotifySettings([u.strip() for u in urls], events)
+    return NotifySettings([u.strip() for u in urls], events, interval)
 
 
 def apprise_send(url, title, body, kind):
@@ -112,16 +130,29 @@ class Notifier(object):
     """Sends the rollout's events to the settings' URLs; never raises. ``log``: one
     entry per notification (event, target, ok, error), for the run report."""
 
-    def __init__(self, settings, send=apprise_send, warn=None):
+    def __init__(self, settings, send=apprise_send, warn=None, clock=time.monotonic):
         self.settings = settings
         self.send = send
         self.warn = warn
+        self.clock = clock
         self.log = []
+        self.held = []  # titles of batch notifications held back by batchInterval
+        self._last_batch = None
         self._targets = {u: target(u) for u in settings.urls} if settings is not None else {}
 
     def emit(self, event, title, body, resource=None):
         if self.settings is None or event not in self.settings.events:
             return []
+        if event == BATCH and self.settings.batch_interval:
+            now = self.clock()
+            if self._last_batch is not None and now - self._last_batch < self.settings.batch_interval:
+                self.held.append(title)
+                return []
+            self._last_batch = now
+        if self.held:
+            body = "%s\n(%d batch notification(s) held back by batchInterval since the last one: %s)" % (
+                body, len(self.held), "; ".join(self.held))
+            self.held = []
         sent = []
         for url in self.settings.urls:
             try:
@@ -143,4 +174,5 @@ class Notifier(object):
     def summary(self):
         ok = sum(1 for e in self.log if e["ok"])
         failed = len(self.log) - ok
-        return "%d notification(s) sent%s" % (ok, ", %d failed" % failed if failed else "")
+        held = ", %d batch notification(s) held back by batchInterval" % len(self.held) if self.held else ""
+        return "%d notification(s) sent%s%s" % (ok, ", %d failed" % failed if failed else "", held)

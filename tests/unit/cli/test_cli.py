@@ -332,9 +332,10 @@ def reconcile_args(*argv):
 def test_reconcile_notify_becomes_every_rollouts_notify_variable(monkeypatch):
     monkeypatch.delenv("NODEWRIGHT_NOTIFY", raising=False)
     args = reconcile_args("--notify", "json://hooks.example/a", "--notify", "slack://T/B/C",
-                          "--notify-events", "halted, complete", "-e", "x=1")
+                          "--notify-events", "halted, complete", "--notify-batch-interval", "30m", "-e", "x=1")
     assert cli._reconcile_extravars(args) == {"x": "1", "nodewright_rollout_notify": {
-        "urls": ["json://hooks.example/a", "slack://T/B/C"], "events": ["halted", "complete"]}}
+        "urls": ["json://hooks.example/a", "slack://T/B/C"], "events": ["halted", "complete"],
+        "batchInterval": "30m"}}
 
 
 def test_reconcile_notify_from_the_environment_unless_a_flag_says_otherwise(monkeypatch):
@@ -347,6 +348,8 @@ def test_reconcile_notify_from_the_environment_unless_a_flag_says_otherwise(monk
 
 @pytest.mark.parametrize("argv, message", [
     (["--notify-events", "halted"], "--notify-events without --notify"),
+    (["--notify-batch-interval", "5m"], "--notify-batch-interval without --notify"),
+    (["--notify", "json://h/a", "--notify-batch-interval", "soon"], "batchInterval"),
     (["--notify", "json://h/a", "--notify-events", "finished"], "unknown event(s) finished"),
     (["--notify", "hooks.example"], "is not a notification URL"),
     (["--notify", "json://h/a", "-e", '{"nodewright_rollout_notify": "json://h/b"}'], "both say where events go"),

@@ -50,11 +50,45 @@ def test_the_setting_takes_a_url_a_list_or_urls_and_events(value, urls, events):
     ({"urls": [HOOK], "events": ["finished"]}, "unknown event(s) finished"),
     ({"url": HOOK}, "unknown key(s) url"),
     ({"urls": []}, "needs at least one URL"),
+    ({"urls": [HOOK], "batchInterval": "soon"}, "nodewright_rollout_notify.batchInterval"),
 ])
 def test_a_bad_setting_is_refused_naming_the_field(value, words):
     with pytest.raises(ValidationError) as exc:
         notify.parse_notify(value)
     assert words in str(exc.value)
+
+
+def test_batch_interval_sends_one_batch_per_interval_and_counts_the_rest_into_the_next():
+    clock = [0.0]
+    sent = Sent()
+    settings = notify.parse_notify({"urls": [HOOK], "batchInterval": "10m"})
+    assert settings.batch_interval == 600 and settings.describe().endswith("(batches at most every 600s)")
+    assert settings.to_dict()["batchInterval"] == 600
+    n = notify.Notifier(settings, send=sent, clock=lambda: clock[0])
+    n.emit(notify.STARTED, "rollout started", "")
+    for wave in range(1, 5):               # waves 1-4 within the first ten minutes
+        clock[0] = wave * 60.0
+        n.emit(notify.BATCH, "wave %d done" % wave, "w%d" % wave)
+    assert [c[1] for c in sent.calls] == ["NodeWright: rollout started", "NodeWright: wave 1 done"]
+    assert n.summary() == "2 notification(s) sent, 3 batch notification(s) held back by batchInterval"
+    clock[0] = 700.0                       # the interval has passed: the next batch goes, with the held ones
+    n.emit(notify.BATCH, "wave 5 done", "w5")
+    assert sent.calls[-1][1] == "NodeWright: wave 5 done"
+    assert sent.calls[-1][2] == ("w5\n(3 batch notification(s) held back by batchInterval since the last one: "
+                                 "wave 2 done; wave 3 done; wave 4 done)")
+    clock[0] = 720.0
+    n.emit(notify.BATCH, "wave 6 done", "w6")
+    n.emit(notify.COMPLETE, "rollout complete", "all done")   # never held, and it carries wave 6
+    assert sent.calls[-1][1] == "NodeWright: rollout complete" and "wave 6 done" in sent.calls[-1][2]
+    assert n.held == []
+
+
+def test_without_batch_interval_every_batch_is_sent():
+    sent = Sent()
+    n = notify.Notifier(notify.parse_notify([HOOK]), send=sent, clock=lambda: 0.0)
+    for wave in range(3):
+        n.emit(notify.BATCH, "wave %d done" % wave, "")
+    assert len(sent.calls) == 3
 
 
 def test_nothing_set_is_no_notifier():
