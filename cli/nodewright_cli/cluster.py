@@ -12,7 +12,7 @@ import os
 # Imported for its effect: it makes the collection importable.
 from nodewright_cli import collection  # noqa: F401  # pylint: disable=unused-import
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import (
@@ -25,8 +25,8 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
 
 GROUP, VERSION = markers.API_GROUP, markers.API_VERSION
 NODES = api_path("v1", "nodes")
-NODEWRIGHTS = api_path(markers.GROUP_VERSION, "nodewrights")
-POLICIES = api_path(markers.GROUP_VERSION, "deploymentpolicies")
+NODEWRIGHTS = nodewright_api.path(nodewright_api.NODEWRIGHTS)
+POLICIES = nodewright_api.path(nodewright_api.DEPLOYMENT_POLICIES)
 
 # What the reconciler needs, (verb, group, resource, subresource), and why; the
 # ClusterRole of deploy/helm grants exactly these (and what the rollout itself needs).
@@ -73,18 +73,17 @@ class Cluster(object):
         return [n for page in list_pages(self.api, NODES, "list nodes") for n in page]
 
     def nodewrights(self):
-        return get_json(self.api, NODEWRIGHTS, "list NodeWright resources").get("items", [])
+        return nodewright_api.list_all(self.api, nodewright_api.NODEWRIGHTS, "list NodeWright resources")
 
     def policies(self):
-        return {p["metadata"]["name"]: p for p in
-                get_json(self.api, POLICIES, "list DeploymentPolicy resources").get("items", [])}
+        return {p["metadata"]["name"]: p for p in nodewright_api.list_all(
+            self.api, nodewright_api.DEPLOYMENT_POLICIES, "list DeploymentPolicy resources")}
 
     def node(self, name):
         return node_ops.get_node(self.core, name)
 
     def nodewright(self, name):
-        return get_json(self.api, api_path(markers.GROUP_VERSION, "nodewrights", name, name_rule="nodewright",
-                                           field="NAME"), "read NodeWright %s" % name)
+        return nodewright_api.get(self.api, nodewright_api.NODEWRIGHTS, name, field="NAME")
 
     def list_raw(self, path, what):
         """A full LIST with its metadata (resourceVersion), for starting a watch."""
@@ -101,12 +100,10 @@ class Cluster(object):
         return node_ops.emit_event(self.core, node, reason, message, event_type)
 
     def patch_nodewright(self, name, patch):
-        return call("patch NodeWright %s" % name, self.custom.patch_cluster_custom_object, GROUP, VERSION,
-                    "nodewrights", name, patch)
+        return nodewright_api.patch(self.api, nodewright_api.NODEWRIGHTS, name, patch, "patch NodeWright %s" % name)
 
     def patch_nodewright_status(self, name, status):
-        return call("write status of NodeWright %s" % name, self.custom.patch_cluster_custom_object_status,
-                    GROUP, VERSION, "nodewrights", name, {"status": status})
+        return nodewright_api.patch_status(self.api, name, status)
 
     # --- permissions ------------------------------------------------------------------
     def missing_permissions(self, wanted=RECONCILER_PERMISSIONS):

@@ -22,7 +22,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status impo
     compute_status,
     conversion_warnings_of,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
@@ -97,11 +97,7 @@ class SurfaceMixin(object):
                     if c.get("type") in (deletion.CONDITION_DELETING, deletion.CONDITION_DELETION_BLOCKED,
                                          CONDITION_UNINSTALL_IN_PROGRESS)]
             new["conditions"] = [c for c in new["conditions"] if c["type"] not in {k["type"] for k in kept}] + kept
-        before = {c.get("type"): c for c in current.get("conditions") or []}
-        for cond in new["conditions"]:
-            old = before.get(cond["type"])
-            if old and old.get("status") == cond["status"]:
-                cond["lastTransitionTime"] = old.get("lastTransitionTime", cond["lastTransitionTime"])
+        new["conditions"] = nodewright_api.merge_conditions(current.get("conditions"), new["conditions"])
         try:
             self.cluster.patch_nodewright_status(name, new)
             LOG.info("NodeWright %s status: %s%s", name, new["status"], (" (%s)" % message) if message else "")

@@ -86,12 +86,9 @@ msg:
 """
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names, nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import api_path, get_json
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule
-
-NODEWRIGHTS_PATH = api_path(markers.GROUP_VERSION, "nodewrights")
 
 
 def run(module):
@@ -104,7 +101,7 @@ def run(module):
         return gating.add_taint(core, p["name"], p["taint_key"], check_mode=module.check_mode)
     resources = p["resources"]
     if resources is None:
-        resources = get_json(api, NODEWRIGHTS_PATH, "list NodeWright resources").get("items", [])
+        resources = nodewright_api.list_all(api, nodewright_api.NODEWRIGHTS, "list NodeWright resources")
     return gating.enforce(core, p["name"], resources, p["taint_key"], check_mode=module.check_mode)
 
 

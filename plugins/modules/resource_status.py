@@ -110,11 +110,7 @@ def run(module):
         [(c["type"], c["status"], c["message"]) for c in old.get("conditions") or []] != \
         [(c["type"], c["status"], c["message"]) for c in status["conditions"]]
     if changed and not module.check_mode:
-        # Keep a condition's transition time when its status did not change.
-        before = {c["type"]: c for c in old.get("conditions") or []}
-        for c in status["conditions"]:
-            if c["type"] in before and before[c["type"]]["status"] == c["status"]:
-                c["lastTransitionTime"] = before[c["type"]].get("lastTransitionTime", c["lastTransitionTime"])
+        status["conditions"] = nodewright_api.merge_conditions(old.get("conditions"), status["conditions"])
         nodewright_api.patch_status(api, p["name"], status)
     return {"changed": changed, "resource_status": status}
 

@@ -282,6 +282,10 @@ class StateKeeper(object):
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
         patch = state_patch(state, nodes, self.status, done=done, failed=failed, in_progress=in_progress)
         if status:
+            status = dict(status)
+            if status.get("conditions") is not None:
+                status["conditions"] = nodewright_api.merge_conditions(self.status.get("conditions"),
+                                                                       status["conditions"])
             patch["status"].update(status)
         try:
             nodewright_api.patch_status(_api(self.auth), self.name, patch["status"],

@@ -16,6 +16,7 @@ import json
 import socket
 import uuid
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import call, require_kubernetes
@@ -204,24 +205,11 @@ def resource_ref(name):
 
 
 def set_resource_condition(core, resource, condition):
-    """Set one condition in a NodeWright resource's status (read, replace that type,
-    write with the resourceVersion read). Advisory: returns False when the resource
-    is not there or the write lost a race, never raises."""
+    """Set one condition in a NodeWright resource's status (``nodewright_api.set_condition``:
+    its lastTransitionTime changes only with its status). Advisory: returns False when the
+    resource is not there or could not be written, never raises."""
     try:
-        custom = k8s_client.CustomObjectsApi(core.api_client)
-        current = custom.get_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
-                                                          resource)
-        status = current.get("status") or {}
-        conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
-        old = next((c for c in status.get("conditions") or [] if c.get("type") == condition["type"]), None)
-        if old and all(old.get(k) == condition.get(k) for k in ("status", "reason", "message")):
-            return True
-        condition = dict(condition, lastTransitionTime=now_iso())
-        body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                "status": {"conditions": conditions + [condition]}}
-        custom.patch_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights", resource,
-                                                  body)
-        return True
+        return nodewright_api.set_condition(core.api_client, resource, condition["type"], lambda old: condition)
     except Exception:  # noqa: BLE001 - a status note is never worth failing maintenance for
         return False
 
@@ -244,36 +232,20 @@ def node_lines(message, node, text):
 def set_resource_node_line(core, resource, ctype, node, text, reason, clear_reason, clear_message, attempts=3):
     """Set (``text``) or remove (None) ``node``'s line in the resource condition ``ctype``:
     True with ``reason`` while any node has a line, False with ``clear_reason`` and
-    ``clear_message`` once none has. Written with the resourceVersion read, read again
-    when another writer (a drain of another node) won the race; ``lastTransitionTime``
-    changes only with the status. Advisory: returns False when it could not be written,
-    never raises."""
-    custom = k8s_client.CustomObjectsApi(core.api_client)
-    for _attempt in range(attempts):
-        try:
-            current = custom.get_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
-                                                              resource)
-            conditions = (current.get("status") or {}).get("conditions") or []
-            old = next((c for c in conditions if c.get("type") == ctype), None) or {}
-            message = node_lines(old.get("message") if old.get("status") == "True" else "", node, text)
-            new = ({"type": ctype, "status": "True", "reason": reason, "message": message} if message else
-                   {"type": ctype, "status": "False", "reason": clear_reason, "message": clear_message})
-            if not old and new["status"] == "False":
-                return True     # nothing was ever blocked: no condition to clear
-            if all(old.get(k) == new[k] for k in ("status", "reason", "message")):
-                return True
-            new["lastTransitionTime"] = old.get("lastTransitionTime") if old.get("status") == new["status"] and \
-                old.get("lastTransitionTime") else now_iso()
-            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                    "status": {"conditions": [c for c in conditions if c.get("type") != ctype] + [new]}}
-            custom.patch_cluster_custom_object_status(markers.API_GROUP, markers.API_VERSION, "nodewrights",
-                                                      resource, body)
-            return True
-        except Exception as exc:  # noqa: BLE001 - a status note is never worth failing maintenance for
-            # 409: another writer changed the resource since it was read: read it again.
-            if not isinstance(exc, ApiException) or getattr(exc, "status", None) != 409:
-                return False
-    return False
+    ``clear_message`` once none has. Several nodes' drains write it at once:
+    ``nodewright_api.set_condition`` reads again when another writer won the race.
+    Advisory: returns False when it could not be written, never raises."""
+    def decide(old):
+        old = old or {}
+        message = node_lines(old.get("message") if old.get("status") == "True" else "", node, text)
+        if not old and not message:
+            return None     # nothing was ever blocked: no condition to clear
+        return ({"type": ctype, "status": "True", "reason": reason, "message": message} if message else
+                {"type": ctype, "status": "False", "reason": clear_reason, "message": clear_message})
+    try:
+        return nodewright_api.set_condition(core.api_client, resource, ctype, decide, attempts=attempts)
+    except Exception:  # noqa: BLE001 - a status note is never worth failing maintenance for
+        return False
 
 
 def aggregate_status(statuses):

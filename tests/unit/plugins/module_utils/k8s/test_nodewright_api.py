@@ -70,3 +70,25 @@ def test_get_names_the_field_the_name_came_from():
     with pytest.raises(InvalidName) as caught:
         api.get(None, "nodewrights", "Bad", field="resource")
     assert caught.value.field == "resource"
+
+
+# --------------------------------------------------------------------------- conditions
+
+def test_a_condition_keeps_its_transition_time_while_its_status_stays():
+    old = [{"type": "Ready", "status": "True", "reason": "A", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+           {"type": "Drift", "status": "False", "reason": "None", "lastTransitionTime": "2026-01-02T00:00:00Z"}]
+    new = [{"type": "Ready", "status": "True", "reason": "B", "message": "other words",
+            "lastTransitionTime": "2026-06-01T00:00:00Z"},
+           {"type": "Drift", "status": "True", "reason": "Found"},
+           {"type": "AlertGate", "status": "False", "reason": "NoAlerts", "lastTransitionTime": "2026-06-01T00:00:00Z"}]
+    merged = api.merge_conditions(old, new, now="2026-06-02T00:00:00Z")
+    assert [c["lastTransitionTime"] for c in merged] == [
+        "2026-01-01T00:00:00Z",     # same status, other reason and message: the transition stays
+        "2026-06-02T00:00:00Z",     # the status changed and the new one gave no time: now
+        "2026-06-01T00:00:00Z"]     # a new type keeps the time it came with
+    assert merged[0]["reason"] == "B" and new[0]["lastTransitionTime"] == "2026-06-01T00:00:00Z"  # inputs untouched
+
+
+def test_no_old_conditions_means_every_new_one_transitions_now():
+    merged = api.merge_conditions(None, [{"type": "Ready", "status": "True"}], now="T")
+    assert merged == [{"type": "Ready", "status": "True", "lastTransitionTime": "T"}]
