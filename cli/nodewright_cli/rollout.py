@@ -56,24 +56,30 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources i
     KIND_DEPLOYMENT_POLICY,
     validate_deployment_policy,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_settings import (
     DRIVER_WAVE_RUNNER,
     FACT,
     VAR_DESIRED,
     VAR_DRIVER,
     VAR_K8S_AUTH,
     VAR_WAIT_FOR_WINDOW,
-    RolloutRecord,
     STAT_BLOCKED,
     STAT_PAUSED,
-    RunHooks,
-    StateKeeper,
-    collect_nodes,
-    fetch_deployment_policy,
     read_settings,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import (
+    StateKeeper,
+    fetch_deployment_policy,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_nodes import collect_nodes
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import (
+    RolloutRecord,
+    wave_facts,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+    RunHooks,
     resources_from_desired,
     status_writer,
-    wave_facts,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html

@@ -38,7 +38,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_settings import (
     STAT_BLOCKED,
     STAT_PAUSED,
     VAR_DESIRED,

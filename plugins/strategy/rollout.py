@@ -147,7 +147,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy impo
     INCOMPLETE,
     WAITING,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_settings import (
     CUSTOM_STAT,
     DRIVER_WAVE_RUNNER,
     FACT,
@@ -165,18 +165,24 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout imp
     VAR_RESERVATION_TTL,
     VAR_STATE_RESOURCE,
     VAR_WAIT_FOR_WINDOW,
-    RolloutRecord,
     STAT_BLOCKED,
     STAT_PAUSED,
-    RunHooks,
-    StateKeeper,
     check_serial,
-    collect_nodes,
-    load_policy,
     read_settings,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import (
+    StateKeeper,
+    load_policy,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_nodes import collect_nodes
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import (
+    RolloutRecord,
+    wave_facts,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
+    RunHooks,
     resources_from_desired,
     status_writer,
-    wave_facts,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals

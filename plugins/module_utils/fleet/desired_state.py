@@ -582,7 +582,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
     from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts as conflicts_mod
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import driver as driver_mod
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import resume_state
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import resume_state
 
     cache = {}
     by_name = {n["metadata"]["name"]: n for n in nodes}

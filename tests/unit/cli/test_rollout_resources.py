@@ -229,7 +229,7 @@ def test_wave_facts_name_the_resource():
                    waves={"tuning": EngineWave({"__default__": ["h1", "h2"]}),
                           "nvidia": EngineWave({"grace-blackwell": ["g1"]})})
     records = {"tuning": Record("DeploymentPolicy/gpu-canary", "tuning"), "nvidia": Record("inline", None)}
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import wave_facts
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import wave_facts
     facts = wave_facts(wave, records)
     assert facts["h2"] == {"wave": 3, "compartment": "__default__", "wave_size": 3,
                            "policy": "DeploymentPolicy/gpu-canary", "resource": "tuning"}

@@ -23,7 +23,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import DURATION_PATTERN
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.interrupts import INTERRUPT_TYPES
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import state_patch
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import state_patch
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     BatchState,
     RolloutState,
