@@ -94,6 +94,57 @@ def thread_workers_unavailable(version=CORE_VERSION):
                                                   version))
 
 
+# ---------------------------------------------------------------------- the play, wave by wave
+# The strategy runs the play's tasks once per wave through the linear strategy: it starts the
+# play iterator's task list over, ends the play, and reads what the task queue manager kept.
+# These are fields of PlayIterator and TaskQueueManager, not arguments of a plugin API.
+
+def play_of(iterator):
+    """The play a PlayIterator runs."""
+    return iterator._play
+
+
+def play_tasks(iterator):
+    """The play's task list as the iterator holds it (a copy)."""
+    return list(iterator.all_tasks)
+
+
+def replay_tasks(iterator, tasks):
+    """Start the play's tasks over (``tasks``, as ``play_tasks`` gave them) for the next wave."""
+    iterator.all_tasks[:] = tasks
+    iterator.cur_task = 0
+
+
+def end_play(iterator):
+    """End the play: a later play still runs."""
+    iterator.end_play = True
+
+
+def play_ended(iterator):
+    """Whether a task (``meta: end_play``) or the strategy ended the play."""
+    return bool(iterator.end_play)
+
+
+def terminated(tqm):
+    """Whether the run was interrupted (Ctrl-C, a signal)."""
+    return bool(tqm._terminated)
+
+
+def unreachable_hosts(tqm):
+    """Names of the hosts that became unreachable in this run."""
+    return tqm._unreachable_hosts
+
+
+def run_stats(tqm):
+    """The run's AggregateStats (``set_custom_stats`` publishes what the report reads)."""
+    return tqm._stats
+
+
+def custom_stats(tqm):
+    """The run's custom stats (``set_stats``), per host and ``_run``."""
+    return getattr(tqm._stats, "custom", None) or {}
+
+
 # ---------------------------------------------------------------------- results
 
 def read_results_without_debugger_copy(strategy_base):

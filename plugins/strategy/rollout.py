@@ -115,6 +115,8 @@ EXAMPLES = r"""
 """
 
 import gc
+import os
+import socket
 import time
 
 from ansible import constants as C
@@ -253,14 +255,14 @@ class StrategyHooks(RunHooks):
             display.display(text, color=C.COLOR_VERBOSE)
 
     def stopped(self):
-        if self.strategy._tqm._terminated:
+        if core_internals.terminated(self.strategy._tqm):
             return INTERRUPTED, "the run was interrupted"
         return self.stop
 
     def wait(self, seconds, reason):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.strategy._tqm._terminated:
+            if core_internals.terminated(self.strategy._tqm):
                 return False
             time.sleep(min(_WAIT_SLICE, max(0.0, deadline - time.monotonic())))
         return True
@@ -275,8 +277,7 @@ class StrategyHooks(RunHooks):
         # tasks such as end_batch then see the wave and nothing else. (Hosts of later waves
         # left in the host cache would also skip their first task when a wave ends.)
         strategy._inventory.restrict_to_hosts(hosts)
-        iterator.all_tasks[:] = self.original_tasks
-        iterator.cur_task = 0
+        core_internals.replay_tasks(iterator, self.original_tasks)
         # Every task of the wave but a threaded maintain task forks a worker per host
         # from this process. Frozen objects are left alone by the workers' garbage
         # collector, so their pages stay shared with the controller instead of being
@@ -291,17 +292,17 @@ class StrategyHooks(RunHooks):
         tqm = strategy._tqm
         # Nodes the maintain task left blocked by non-interruptible pods, or stopped because their
         # resource was paused, count neither way.
-        custom = (getattr(tqm._stats, "custom", None) or {}).get("_run") or {}
+        custom = core_internals.custom_stats(tqm).get("_run") or {}
         blocked = set(custom.get(STAT_BLOCKED) or {}) | set(custom.get(STAT_PAUSED) or {})
         outcomes = {}
         for name in wave.nodes:
             host = self.by_name[name]
-            failed = iterator.is_failed(host) or name in tqm._unreachable_hosts
+            failed = iterator.is_failed(host) or name in core_internals.unreachable_hosts(tqm)
             outcomes[name] = "failed" if failed else ("blocked" if name in blocked else "ok")
-        if result & tqm.RUN_FAILED_BREAK_PLAY or iterator.end_play:
+        if result & tqm.RUN_FAILED_BREAK_PLAY or core_internals.play_ended(iterator):
             why = "max_fail_percentage reached" if result & tqm.RUN_FAILED_BREAK_PLAY else "meta: end_play"
             self.stop = (STOPPED, "the play ended the rollout after wave %d (%s)" % (wave.number, why))
-        elif any(v == "failed" for v in outcomes.values()) and iterator._play.any_errors_fatal:
+        elif any(v == "failed" for v in outcomes.values()) and core_internals.play_of(iterator).any_errors_fatal:
             self.stop = (STOPPED, "wave %d failed and the play sets any_errors_fatal" % wave.number)
             self.result = result | tqm.RUN_FAILED_BREAK_PLAY
         return outcomes
@@ -416,7 +417,7 @@ class StrategyModule(LinearStrategyModule):
     # ------------------------------------------------------------------ run
 
     def run(self, iterator, play_context):  # type: ignore[override]
-        play = iterator._play
+        play = core_internals.play_of(iterator)
         try:
             variables = self._play_variables(play)
             self._nw_threads = self._thread_workers(_worker_mode(variables.get(VAR_WORKERS)))
@@ -436,7 +437,8 @@ class StrategyModule(LinearStrategyModule):
         hosts = self._inventory.get_hosts(play.hosts, order=play.order)
         by_name = {h.name: h for h in hosts}
         # Hosts that failed or became unreachable in an earlier play are not this rollout's failures.
-        earlier = {h.name for h in hosts if iterator.is_failed(h) or h.name in self._tqm._unreachable_hosts}
+        earlier = {h.name for h in hosts
+                   if iterator.is_failed(h) or h.name in core_internals.unreachable_hosts(self._tqm)}
         names = [h.name for h in hosts if h.name not in earlier]
         check_mode = bool(play_context.check_mode)
         try:
@@ -453,7 +455,7 @@ class StrategyModule(LinearStrategyModule):
             left = sorted(earlier & set(res.work))
             if left:
                 records[res.name].leave_out(left, "failed or unreachable earlier in the playbook")
-        original_tasks = list(iterator.all_tasks)
+        original_tasks = core_internals.play_tasks(iterator)
         writer = status_writer(settings.k8s_auth) if settings.desired is not None else None
         hooks = StrategyHooks(self, iterator, play_context, by_name, original_tasks, records, keepers, writer)
         holder = fleet.record.holder_id if getattr(fleet, "record", None) is not None else ""
@@ -513,13 +515,13 @@ class StrategyModule(LinearStrategyModule):
         if halted:
             display.error(reason, wrap_text=False)
             # End this play only: a later play still runs; the exit status is non-zero.
-            iterator.end_play = True
+            core_internals.end_play(iterator)
             return result or self._tqm.RUN_FAILED_HOSTS
         if status == STOPPED:
             display.warning("NodeWright rollout stopped: %s" % reason)
         elif status == WAITING:
             display.warning("NodeWright rollout: no wave started: %s" % reason)
-            iterator.end_play = True
+            core_internals.end_play(iterator)
         elif status == INCOMPLETE:
             display.warning("NodeWright rollout: %s" % reason)
         elif status == COMPLETE:
@@ -560,7 +562,7 @@ class StrategyModule(LinearStrategyModule):
         api = get_api_client(settings.k8s_auth)
         record = None if check_mode else ReservationRecord(
             api, namespace=settings.lock_namespace, ttl=settings.reservation_ttl or DEFAULT_TTL,
-            run="ansible-playbook %s" % (self._tqm._stats and "" or ""))
+            run="ansible-playbook on %s pid %d" % (socket.gethostname(), os.getpid()))
         fleet = ClusterFleet(api, record, threaded=False)
         self._nw_fleet = fleet
         return fleet
@@ -568,8 +570,8 @@ class StrategyModule(LinearStrategyModule):
     def _publish(self, records, resources):
         """Keep the rollout's records in the play's custom stats, where the report callback and
         ansible-runner (``artifact_data``) find them."""
-        stats = self._tqm._stats
-        entries = (getattr(stats, "custom", {}).get("_run") or {}).get(CUSTOM_STAT)
+        stats = core_internals.run_stats(self._tqm)
+        entries = (core_internals.custom_stats(self._tqm).get("_run") or {}).get(CUSTOM_STAT)
         if not isinstance(entries, list):
             entries = []
         data = []

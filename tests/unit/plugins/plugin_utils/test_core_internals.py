@@ -105,3 +105,37 @@ def test_results_are_keyed_by_host_and_task_on_every_version():
     host, task = Named(name="gpu-1"), Named(_uuid="u-1")
     assert core_internals.result_key(Named(host=host, task=task)) == ("gpu-1", "u-1")
     assert core_internals.result_key(Named(_host=host, _task=task)) == ("gpu-1", "u-1")
+
+
+# Fields of PlayIterator and TaskQueueManager that no plugin API gives; only the seam touches them.
+_PRIVATE_FIELDS = (".all_tasks", ".cur_task", ".end_play", "._terminated", "._unreachable_hosts", "._stats",
+                   "iterator._play")
+
+
+def test_play_iterator_and_task_queue_fields_are_read_only_through_the_seam():
+    root = pathlib.Path(core_internals.__file__).resolve().parents[2]
+    seam = pathlib.Path(core_internals.__file__).resolve()
+    found = []
+    for path in sorted((root / "plugins").rglob("*.py")):
+        if path.resolve() == seam:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            code = code.replace("core_internals.", "core_internals:")
+            found.extend("%s:%d %s" % (path.relative_to(root), number, field) for field in _PRIVATE_FIELDS
+                         if field in code)
+    assert found == [], "use plugins/plugin_utils/core_internals.py for these"
+
+
+def test_the_seam_starts_the_tasks_over_and_ends_the_play():
+    class Iterator(object):
+        def __init__(self):
+            self.all_tasks, self.cur_task, self.end_play, self._play = ["a", "b"], 2, False, "play"
+    it = Iterator()
+    tasks = core_internals.play_tasks(it)
+    it.all_tasks.append("handler block")
+    core_internals.replay_tasks(it, tasks)
+    assert (it.all_tasks, it.cur_task, core_internals.play_ended(it), core_internals.play_of(it)) == (
+        ["a", "b"], 0, False, "play")
+    core_internals.end_play(it)
+    assert core_internals.play_ended(it)
