@@ -55,7 +55,7 @@ def resources_from_desired(desired, hosts, settings, play, driver, check_mode=Fa
                 say("NodeWright rollout: %s: %s" % (name, note))
         else:
             note = None
-        views = entry.get("node_views") or [{"name": t} for t in entry.get("targets") or []]
+        views = [{"name": t} for t in entry.get("targets") or []]
         res = ResourceRollout(name, policy, targets=entry.get("targets") or [], work=entry.get("work") or [],
                               priority=entry.get("priority", 200), eligible=hosts & set(entry.get("work") or []),
                               state=state, source=source, data=entry, order=entry.get("node_order"))
