@@ -172,7 +172,9 @@ def test_a_killed_run_frees_its_reservations_after_their_lifetime(sim, tmp_path)
     fleet = make_fleet(sim, tmp_path, 2, {
         "default": {"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 2}}},
         "fleetDisruptionLimit": {"count": 2}})
-    res = slow_resource(fleet, fleet.nodes, fleet.policy, seconds=60)
+    # The step outlives the reservations' lifetime (15 s) by a few seconds: the second run
+    # waits for them to expire, then takes the nodes over while the step still runs.
+    res = slow_resource(fleet, fleet.nodes, fleet.policy, seconds=25)
     first = fleet.start("rollout.yml", "-e", "nodewright_resource=%s" % res,
                         "-e", "nodewright_rollout_reservation_ttl=15", name="first")
     wait_for(lambda: any(set(h.get("nodes") or {}) == set(fleet.nodes) for h in holders_now(sim).values()),

@@ -376,14 +376,18 @@ def test_sigterm_with_thread_workers_lets_the_step_finish_and_the_next_start_ado
     the controller and is killed with it; the step itself runs under its own supervisor
     (a session of its own), finishes, and records its outcome on the host. The next
     start adopts that outcome: the step does not run a second time."""
-    node, name = _abandon_a_running_step(sim, ops, "abandon-threads.log", "-e", "nodewright_rollout_workers=threads")
+    # The run that was stopped keeps its node reserved for the reservation's lifetime (15 s
+    # here, the least there is); the next start waits for it.
+    ttl = ("-e", "nodewright_rollout_reservation_ttl=15")
+    node, name = _abandon_a_running_step(sim, ops, "abandon-threads.log", "-e", "nodewright_rollout_workers=threads",
+                                         *ttl)
 
     pathlib.Path(sim.host_root(node), "etc/ops-go").write_text("")
     wait_for(lambda: '"status": "finished"' in (ops.host_file(node, "/var/lib/nodewright/step.json") or ""),
              what="the abandoned step's outcome recorded on the host by its supervisor")
     record = json.loads(ops.host_file(node, "/var/lib/nodewright/step.json"))
     assert record["resource"] == name and record["stage"] == "apply" and record["exit_code"] == 0, record
-    resumed = ops.once("-e", "nodewright_rollout_workers=threads")
+    resumed = ops.once("-e", "nodewright_rollout_workers=threads", *ttl)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = ops.node(node)
     assert after["metadata"]["labels"][markers.status_label(name)] == "complete"
