@@ -684,7 +684,7 @@ class _Sequence(object):
             return out.get("rc"), (out.get("stdout") or "") + (out.get("stderr") or "")
         query = run(gpu_health.QUERY)
         nvlink = run(gpu_health.NVLINK) if query[0] == 0 else None
-        kernel_log = run(gpu_health.KERNEL_LOG)
+        kernel_log, unchecked = gpu_health.read_kernel_log(run)
         dcgm = None
         if gate.get("dcgm_level") and run(gpu_health.HAS_DCGMI)[0] == 0:
             dcgm = run(gpu_health.dcgm_diag(gate["dcgm_level"]))
@@ -694,7 +694,8 @@ class _Sequence(object):
             return {"failed": True, "changed": False, "gpu_failures": failures,
                     "msg": "node %s failed its GPU health gate: %s; it stays cordoned for triage"
                            % (self.name, gpu_health.summary(failures))}
-        return {"changed": False, "msg": "GPU health gate passed (%s)" % checked}
+        return {"changed": False, "msg": "GPU health gate passed (%s)%s" % (checked,
+                                                                            "; " + unchecked if unchecked else "")}
 
     def skip_in_check(self, fn):
         if self.check_mode:

@@ -79,3 +79,27 @@ def test_allocatable_gpus_reads_the_node():
     assert gpu_health.allocatable_gpus({"status": {"allocatable": {"nvidia.com/gpu": "8"}}}) == 8
     assert gpu_health.allocatable_gpus({"status": {"allocatable": {"cpu": "4"}}}) == 0
     assert gpu_health.allocatable_gpus(None) == 0
+
+
+def test_the_kernel_log_comes_from_journald_else_the_ring_buffer_else_the_gate_says_it_did_not_look():
+    xid = "[ 12.3] NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"
+
+    def host(answers):
+        calls = []
+
+        def run(argv):
+            calls.append(argv[0])
+            return answers[argv[0]]
+        return run, calls
+
+    run, calls = host({"journalctl": (0, xid), "dmesg": (0, "")})
+    assert gpu_health.read_kernel_log(run) == ((0, xid), None) and calls == ["journalctl"]
+    # A GPU VM without journald (an H200 host read this way): the ring buffer has the Xid.
+    run, calls = host({"journalctl": (127, "sh: journalctl: not found"), "dmesg": (0, xid)})
+    log, note = gpu_health.read_kernel_log(run)
+    assert note is None and gpu_health.xids(log[1]) == ["Xid 79 (PCI:0000:18:00)"] and calls == ["journalctl", "dmesg"]
+    run, calls = host({"journalctl": (127, ""), "dmesg": (1, "dmesg: read kernel buffer failed: Operation not permitted")})
+    log, note = gpu_health.read_kernel_log(run)
+    assert log is None
+    assert note == "Xid errors not checked: the kernel log cannot be read (journalctl -k: exit 127; dmesg: exit 1)"
+    assert gpu_health.judge({}, 1, (0, "0, Enabled, Enabled\n"), kernel_log=log) == []
