@@ -1,14 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""The engine's waves over a fleet where every node succeeds, for table tests of the
-policy math (the product's own dry run is ``driver.plan_run``)."""
+"""Test fleets and policies for the engine's table tests, and the engine's waves over a
+fleet where every node succeeds (the product's own dry run is ``driver.plan_run``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import List
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     WAVE,
     RolloutState,
@@ -16,6 +17,25 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
     next_wave,
     record_wave_result,
 )
+
+
+def make_nodes(count, labels=None, prefix="n"):
+    """Nodes n00, n01, ... created a minute apart (so batch order is by name too)."""
+    nodes = []
+    for i in range(count):
+        node_labels = dict(labels(i) if callable(labels) else (labels or {}))
+        nodes.append({"name": "%s%02d" % (prefix, i), "labels": node_labels,
+                      "creationTimestamp": "2025-01-01T00:%02d:00Z" % i})
+    return nodes
+
+
+def policy(strategy=None, budget=None, **extra):
+    default = {"budget": budget or {"percent": 100}}
+    if strategy is not None:
+        default["strategy"] = strategy
+    spec = {"default": default}
+    spec.update(extra)
+    return parse_policy(spec)
 
 
 @dataclass

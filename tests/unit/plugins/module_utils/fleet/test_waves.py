@@ -36,28 +36,13 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
     record_wave_result,
 )
 
+from engine_dry_run import make_nodes, policy
+
 pytestmark = pytest.mark.unit
 
 UTC = datetime.timezone.utc
 
 
-def make_nodes(count, labels=None, prefix="n"):
-    """Nodes n00, n01, ... created a minute apart (so batch order is by name too)."""
-    nodes = []
-    for i in range(count):
-        node_labels = dict(labels(i) if callable(labels) else (labels or {}))
-        nodes.append({"name": "%s%02d" % (prefix, i), "labels": node_labels,
-                      "creationTimestamp": "2025-01-01T00:%02d:00Z" % i})
-    return nodes
-
-
-def policy(strategy=None, budget=None, **extra):
-    default = {"budget": budget or {"percent": 100}}
-    if strategy is not None:
-        default["strategy"] = strategy
-    spec = {"default": default}
-    spec.update(extra)
-    return parse_policy(spec)
 
 
 # --------------------------------------------------------------------------- batch state
