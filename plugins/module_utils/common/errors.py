@@ -82,3 +82,11 @@ def carry_result(result):
         except AttributeError:  # an exception type without a __dict__ carries nothing
             pass
         raise
+
+
+def name_list(items, limit=5):
+    """``a, b, c and 4 more``: the first ``limit`` of ``items`` for a message, and how many
+    were left out."""
+    items = list(items)
+    shown = ", ".join(str(i) for i in items[:limit])
+    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, name_list
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import alerts as alerts_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import notify as notify_mod
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import workloads
@@ -78,10 +78,7 @@ INTERRUPTED = "interrupted"
 STOPPED = "stopped"
 
 
-def _names(items, limit=5):
-    items = list(items)
-    shown = ", ".join(items[:limit])
-    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
+_names = name_list
 
 
 def _utcnow():

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import datetime
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import name_list
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     compartment_statuses,
     order_nodes,
 )
 
 
-def _names(items, limit=5):
-    items = list(items)
-    shown = ", ".join(items[:limit])
-    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
+_names = name_list
 
 
 def _now():

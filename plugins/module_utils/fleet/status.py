@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import name_list
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import drain as node_drain
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
@@ -112,7 +113,7 @@ def refusal_conditions(refused, ts):
 
 
 def _names(nodes, limit=10):
-    return ", ".join(nodes[:limit]) + (" and %d more" % (len(nodes) - limit) if len(nodes) > limit else "")
+    return name_list(nodes, limit)
 
 
 def _node_state(node, resource):

@@ -13,7 +13,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError, name_list
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import (
     field_path as _path,
 )
@@ -310,9 +310,7 @@ class WaveDecision(object):
 
 
 def _names(items, limit=5):
-    items = sorted(items)
-    shown = ", ".join(items[:limit])
-    return shown + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
+    return name_list(sorted(items), limit)
 
 
 def _elsewhere(in_progress_elsewhere, by_name):

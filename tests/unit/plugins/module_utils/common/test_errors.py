@@ -15,6 +15,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
     TimeoutExceeded,
     ValidationError,
     carry_result,
+    name_list,
 )
 
 pytestmark = pytest.mark.unit
@@ -166,3 +167,13 @@ def test_success_yields_the_result_untouched():
     with carry_result(result) as inside:
         inside["changed"] = True
     assert result == {"changed": True}
+
+
+@pytest.mark.parametrize("items, limit, text", [
+    ([], 5, ""),
+    (["a"], 5, "a"),
+    (["a", "b", "c"], 2, "a, b and 1 more"),
+    (("n%d" % i for i in range(12)), 10, "n0, n1, n2, n3, n4, n5, n6, n7, n8, n9 and 2 more"),
+])
+def test_name_list_shows_the_first_names_and_counts_the_rest(items, limit, text):
+    assert name_list(items, limit) == text
