@@ -272,7 +272,8 @@ def _check_cmdline_conflicts(settings):
                         hint="override the existing setting id instead of adding a second one")
                 sizes[value] = sid
                 continue
-            if token in seen.get(name, {}):
+            # A page count belongs to the hugepagesz before it: two sizes may have the same count.
+            if token in seen.get(name, {}) and name != "hugepages":
                 raise ValidationError("kernel parameter %s is set by both %s and %s"
                                       % (token, seen[name][token], sid), field=setting["layer"])
             if name in seen and name not in _REPEATABLE_PARAMS:

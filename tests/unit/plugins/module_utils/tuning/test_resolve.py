@@ -14,6 +14,7 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.tuning.resolve import (
+    _check_cmdline_conflicts,
     matches,
     normalize_options,
     resolve_profile,
@@ -456,3 +457,14 @@ def test_overriding_a_huge_page_setting_by_its_id_is_no_conflict():
     extra = {"settings": {"cmdline": {"hugepages_2M": "hugepagesz=2M hugepages=1024"}}}
     r = resolve("gb200", extra=extra)
     assert values(r)["cmdline:hugepages_2M"] == "hugepagesz=2M hugepages=1024"
+
+
+def test_two_huge_page_sizes_may_have_the_same_count_but_not_the_same_size_twice():
+    def cmdline(**tokens):
+        return {sid: {"mechanism": "cmdline", "tokens": value.split(), "layer": "site"} for sid, value in tokens.items()}
+    _check_cmdline_conflicts(cmdline(hp_2m="hugepagesz=2M hugepages=2", hp_1g="hugepagesz=1G hugepages=2"))
+    _check_cmdline_conflicts(cmdline(both="hugepagesz=2M hugepages=2 hugepagesz=1G hugepages=2"))
+    with pytest.raises(ValidationError, match="huge pages of size 2M are set by both"):
+        _check_cmdline_conflicts(cmdline(a="hugepagesz=2M hugepages=2", b="hugepagesz=2M hugepages=4"))
+    with pytest.raises(ValidationError, match="kernel parameter iommu=pt is set by both"):
+        _check_cmdline_conflicts(cmdline(a="iommu=pt", b="iommu=pt"))
