@@ -31,7 +31,7 @@ def merge_interrupts(*interrupts):
     flat = []
     for item in interrupts:
         if isinstance(item, (list, tuple)):
-            flat.extend(item)
+            flat.extend(i for i in item if i)
         elif item:
             flat.append(item)
     best, services = "noop", set()
@@ -45,7 +45,8 @@ def merge_interrupts(*interrupts):
         if _INTERRUPT_RANK[kind] > _INTERRUPT_RANK[best]:
             best = kind
     if best == "service":
-        return {"type": "service", "services": sorted(services)}
+        # A service interrupt that names no service asks for nothing (``interrupt()`` refuses one).
+        return {"type": "service", "services": sorted(services)} if services else {"type": "noop", "services": []}
     return {"type": best, "services": []}
 
 

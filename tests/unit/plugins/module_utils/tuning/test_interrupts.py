@@ -175,3 +175,9 @@ def test_an_unknown_gpu_key_is_a_key_error_not_a_guess():
 ])
 def test_what_a_removed_setting_needs_and_what_lingers(setting, expected, note):
     assert removal_interrupt(setting) == (expected, note)
+
+
+def test_merge_skips_nothing_inside_a_list_and_a_service_interrupt_without_services_asks_for_nothing():
+    assert merge_interrupts([None, {"type": "service", "services": ["a"]}], None) == {
+        "type": "service", "services": ["a"]}
+    assert merge_interrupts([{"type": "service"}], {"type": "noop"}) == {"type": "noop", "services": []}
