@@ -271,7 +271,7 @@ class PackageError(ValidationError):
     def __init__(self, errors):
         self.errors = list(errors)
         first = self.errors[0]
-        super().__init__(first.message, field=first.field, hint=first.hint, source=first.source,
+        super().__init__(first.reason, field=first.field, hint=first.hint, source=first.source,
                          line=first.line)
         self.text = "\n".join(["%d problem(s):" % len(self.errors)] + ["- " + str(e) for e in self.errors]) \
             if len(self.errors) > 1 else ValidationError.__str__(self)

@@ -337,3 +337,13 @@ def test_config_hashes_are_per_key_and_stable():
     assert a == b and set(a) == {"x", "y"}
     assert config_hashes({"x": "2", "y": {"a": 1, "b": 2}})["y"] == a["y"]
     assert render_config_value({"a": 1}) == '{"a": 1}' and render_config_value(10) == "10"
+
+
+def test_one_problem_names_its_place_once(tmp_path):
+    root = tmp_path / "demo"
+    write_package(str(root), {"name": "demo", "version": "1.0.0", "stages": {"apply": [{"path": "apply.sh"}]}},
+                  scripts=("apply.sh",))
+    with pytest.raises(PackageError) as err:
+        load_package(str(root))
+    text = str(err.value)
+    assert text.startswith("%s:" % (root / "package.json")) and text.count("stages.apply:") == 1, text
