@@ -105,10 +105,17 @@ def lowers(new, base):
 
 
 def _higher(a, b):
-    """The larger of two values, number by number (None: unknown)."""
+    """The larger of two ``(value, source)``, number by number (None: unknown): where each
+    is higher in some place (``8192 65536 4194304`` and ``4096 131072 6291456``) the
+    floor takes the higher number of each place and names both sources."""
     if a is None:
         return b
-    if b is None or lowers(b[0], a[0]) or numbers(b[0]) == numbers(a[0]):
+    if b is None:
+        return a
+    na, nb = numbers(a[0]), numbers(b[0])
+    if na and nb and len(na) == len(nb) and lowers(a[0], b[0]) and lowers(b[0], a[0]):
+        return (" ".join(str(max(x, y)) for x, y in zip(na, nb)), "%s and %s, place by place" % (a[1], b[1]))
+    if lowers(b[0], a[0]) or nb == na:
         return a
     return b
 

@@ -180,3 +180,15 @@ def test_no_floor_for_what_is_no_known_limit(setting):
 def test_force_is_the_callers_business():
     # The rule reports the violation either way; the resolver decides what force means.
     assert floor_violation(sysctl("vm.max_map_count", "1", force=True))[1].startswith("would lower")
+
+
+def test_a_multi_number_floor_takes_the_higher_number_of_each_place():
+    host = {"sysctl": {"net.ipv4.tcp_rmem": "8192 65536 4194304"}}
+    base = baseline("net.ipv4.tcp_rmem", host)
+    default = numbers(KERNEL_DEFAULTS["net.ipv4.tcp_rmem"])
+    assert numbers(base["value"]) == tuple(max(x, y) for x, y in zip((8192, 65536, 4194304), default))
+    assert "the node's current value" in base["source"]
+    # Raising the maximum while lowering the node's minimum still lowers a limit.
+    setting = {"mechanism": "sysctl", "key": "net.ipv4.tcp_rmem", "value": "4096 131072 268435456"}
+    _base, reason = floor_violation(setting, host)
+    assert reason and "would lower net.ipv4.tcp_rmem" in reason
