@@ -13,15 +13,9 @@ import pytest
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import drift
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 
+from test_metrics import _node  # a Node carrying one resource's state
+
 pytestmark = pytest.mark.unit
-
-
-def _node(name, resource, status, packages, raw=None):
-    annotations = {markers.state_annotation(resource): raw if raw is not None else json.dumps(
-        {"status": status, "packages": packages})}
-    return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:0%dZ" % int(name[-1]),
-                         "labels": {markers.status_label(resource): status, "pool": "gpu"},
-                         "annotations": annotations}}
 
 
 def test_check_targets_are_completed_nodes_of_enabled_resources():
