@@ -60,7 +60,7 @@ class LifecycleMixin(object):
     def _handle_deletions(self, view, nodes):
         """Finalizers and the uninstall of deleted resources (``fleet/deletion.py``).
         Returns ``{resource: decision}`` for the uninstalls to run."""
-        described = {d["name"]: d for _r, d in view["rollouts"]}
+        described = {d.name: d for _r, d in view["rollouts"]}
         blocked = {name_of(r, None): reason for r, reason in view["blocked"]}
         uninstalls = {}
         for resource in self.managed():

@@ -33,14 +33,14 @@ class MetricsMixin(object):
         for resource, _reason in view["blocked"]:
             found.set("nodewright_resource_status", 1, resource=name_of(resource), status="blocked")
         for resource, described in view["rollouts"]:
-            overall = "paused" if described["paused"] else "disabled" if described["disabled"] else \
+            overall = "paused" if described.paused else "disabled" if described.disabled else \
                 ((resource.get("status") or {}).get("status") or "unknown")
             try:
                 nw_metrics.resource_metrics(found, described, nodes, resource, overall)
             except NodeWrightError as exc:
-                LOG.debug("metrics of %s: %s", described["name"], exc)
-            found.set("nodewright_drift_nodes", self.drift_counts.get(described["name"], 0),
-                      resource=described["name"])
+                LOG.debug("metrics of %s: %s", described.name, exc)
+            found.set("nodewright_drift_nodes", self.drift_counts.get(described.name, 0),
+                      resource=described.name)
         self.metrics_text = found.render()
 
     def serve_metrics(self):

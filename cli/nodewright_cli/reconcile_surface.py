@@ -38,7 +38,7 @@ def _malformed_changed(resource, described):
     as a node with no work is never visited by a rollout that would write it."""
     conditions = ((resource.get("status") or {}).get("conditions")) or []
     shown = any(c.get("type") == CONDITION_NODE_STATE_MALFORMED and c.get("status") == "True" for c in conditions)
-    return shown != bool(described["malformed"])
+    return shown != bool(described.malformed)
 
 
 class SurfaceMixin(object):
@@ -55,16 +55,16 @@ class SurfaceMixin(object):
             self._report_once(("blocked", name_of(resource)),
                               "NodeWright %s is blocked: %s" % (name_of(resource), reason), logging.WARNING)
         for resource, described in view["rollouts"]:
-            self.reported.pop(("blocked", described["name"]), None)
-            if described["paused"]:
+            self.reported.pop(("blocked", described.name), None)
+            if described.paused:
                 wanted.append((resource, "paused", "paused (annotation %s=true): no node starts"
                                % markers.ANNOTATION_PAUSE, described))
-            elif described["disabled"]:
+            elif described.disabled:
                 wanted.append((resource, "disabled", "disabled (annotation %s=true): skipped"
                                % markers.ANNOTATION_DISABLE, described))
-            elif described.get("held_work"):
+            elif described.held_work:
                 # Held by an earlier sequencing: all resource: waiting (upstream's), saying for which.
-                wanted.append((resource, "waiting", described["held"], described))
+                wanted.append((resource, "waiting", described.held, described))
             elif ((resource.get("status") or {}).get("status")) in OVERRIDES + ("waiting",) \
                     or _malformed_changed(resource, described):
                 wanted.append((resource, None, None, described))
@@ -79,7 +79,7 @@ class SurfaceMixin(object):
                 and current.get("observedGeneration") == generation:
             return
         if described:
-            targets, packages = described["targets"], described["packages"]
+            targets, packages = described.targets, described.packages
         else:
             try:
                 targets = targeted_nodes(resource, nodes)

@@ -57,16 +57,16 @@ def work_of(view):
     malformed = set(view["malformed"])
     work = {}
     for _resource, described in view["rollouts"]:
-        if described["paused"] or described["disabled"]:
+        if described.paused or described.disabled:
             continue
-        nodes = [n for n in described["work"] if n not in malformed]
+        nodes = [n for n in described.work if n not in malformed]
         if nodes:
-            work[described["name"]] = nodes
+            work[described.name] = nodes
     return work
 
 
 def work_fingerprint(view, work, uninstalls=None):
-    generations = {d["name"]: d.get("generation") for _r, d in view["rollouts"]}
+    generations = {d.name: d.generation for _r, d in view["rollouts"]}
     return tuple(sorted((name, generations.get(name), tuple(sorted(nodes))) for name, nodes in work.items())) + \
         tuple(sorted(("uninstall", name, tuple(u["nodes"])) for name, u in (uninstalls or {}).items()))
 
@@ -83,18 +83,18 @@ def rebooted_since_applied(view, nodes):
     by_name = {name_of(n): n for n in nodes}
     out = {}
     for resource, described in view["rollouts"]:
-        if described["paused"] or described["disabled"]:
+        if described.paused or described.disabled:
             continue
-        if not any(reapplies_every_boot(spec) for spec in described.get("packages") or ()):
+        if not any(reapplies_every_boot(spec) for spec in described.packages):
             continue
         recorded = (resource.get("status") or {}).get("nodeBootIds") or {}
-        for name in described["targets"]:
+        for name in described.targets:
             node = by_name.get(name)
             before, now = recorded.get(name), boot_id(node or {})
             if not node or not before or not now or before == now:
                 continue
-            if node_ops.read_state(node, described["name"]).get("status") == markers.STATUS_COMPLETE:
-                out.setdefault(name, []).append(described["name"])
+            if node_ops.read_state(node, described.name).get("status") == markers.STATUS_COMPLETE:
+                out.setdefault(name, []).append(described.name)
     return out
 
 

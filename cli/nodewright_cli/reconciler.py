@@ -378,7 +378,7 @@ class Reconciler(LifecycleMixin, SurfaceMixin, DriftMixin, MetricsMixin):
         # Every resource in one run (a node gets its resources in one maintenance), or,
         # when this reconciler manages a selection, each of its resources by name.
         names = ([None] if self.selector is None else
-                 [d["name"] for _r, d in view["rollouts"] if d["name"] in work]) if work else []
+                 [d.name for _r, d in view["rollouts"] if d.name in work]) if work else []
 
         def job():
             results = []

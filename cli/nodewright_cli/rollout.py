@@ -695,7 +695,7 @@ class ResourcesCli(WaveRunnerCli):
             # As the strategy skips its play: the planning run wrote each resource's status.
             print("nodewright rollout: nothing to do: no node of the inventory has work", flush=True)
             self.write_report(self.playbook, [], [planned.report] if planned.report else [], started)
-            return self.blocked_exit(desired, EXIT_OK)
+            return self.blocked_exit(settings.desired, EXIT_OK)
         from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
         api = get_api_client(self.auth)
         record_lock = None if args.check else ReservationRecord(
@@ -730,12 +730,12 @@ class ResourcesCli(WaveRunnerCli):
             print("; ".join(halted), file=sys.stderr, flush=True)
         elif status not in ("error", INTERRUPTED):
             print("nodewright rollout: %s" % reason, flush=True)
-        return self.blocked_exit(desired, resources_exit(status, halted, hooks.failed))
+        return self.blocked_exit(settings.desired, resources_exit(status, halted, hooks.failed))
 
-    def blocked_exit(self, desired, code):
-        """``code``, or 2 when a resource could not be rolled out (rollout.yml's last task): the
-        others rolled out, and the run says which could not and why."""
-        blocked = [b for b in (desired or {}).get("blocked") or [] if isinstance(b, dict)]
+    def blocked_exit(self, plan, code):
+        """``code``, or 2 when a resource of ``plan`` (the run's ``RunPlan``) could not be rolled out
+        (rollout.yml's last task): the others rolled out, and the run says which could not and why."""
+        blocked = [b for b in plan.blocked if isinstance(b, dict)]
         if not blocked or self.args.resource or code != EXIT_OK:
             return code
         print("nodewright rollout: %d NodeWright resource(s) could not be rolled out: %s" % (

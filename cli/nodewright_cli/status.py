@@ -28,8 +28,8 @@ def fleet_view(resources, nodes, policies, package_dirs):
     malformed: {node: {resource: error}}}``, resources in priority order."""
     by_name = {name_of(r): r for r in resources}
     described = desired_state.describe_all(resources, nodes, policies, package_dirs)
-    rollouts = [(by_name[entry["name"]], entry) for entry in described["rollouts"]]
-    blocked = [(by_name[b["name"]], b["reason"]) for b in described["blocked"] if b["name"] in by_name]
+    rollouts = [(by_name[entry.name], entry) for entry in described.rollouts]
+    blocked = [(by_name[b["name"]], b["reason"]) for b in described.blocked if b["name"] in by_name]
     malformed = {}
     for node in nodes:
         for resource in resources:
@@ -91,38 +91,38 @@ def build(resources, nodes, policies, package_dirs, taint_key=markers.TAINT_RUNT
     ignored = sorted(name_of(n) for n in nodes if is_ignored((n.get("metadata") or {}).get("labels")))
     out = {"resources": [], "blocked": [], "ignored": ignored}
     for resource, described in view["rollouts"]:
-        name = described["name"]
+        name = described.name
         if only and name != only:
             continue
-        waves = described["waves"].get("waves") or []
+        waves = described.waves.get("waves") or []
         # A node with a malformed state is left alone until it is fixed or reset.
         next_wave = [n for n in (waves[0]["nodes"] if waves else []) if n not in view["malformed"]]
         rows = []
-        for target in described["targets"]:
+        for target in described.targets:
             node = by_name[target]
             labels = (node.get("metadata") or {}).get("labels") or {}
-            plan = described["nodes"].get(target) or {}
+            plan = described.node(target)
             rows.append({"node": target, "status": labels.get(markers.status_label(name)) or markers.STATUS_UNKNOWN,
                          "packages": _packages(node, name),
-                         "work": {p: a for p, a in sorted((plan.get("actions") or {}).items()) if a != "none"},
+                         "work": {p: a for p, a in sorted(plan.actions.items()) if a != "none"},
                          "next_wave": target in next_wave,
                          "notes": node_notes(node, name, taint_key)})
         status = (resource.get("status") or {}).get("status") or markers.STATUS_UNKNOWN
-        if described["paused"]:
+        if described.paused:
             status = "paused"
-        elif described["disabled"]:
+        elif described.disabled:
             status = "disabled"
         complete = sum(1 for r in rows if r["status"] == markers.STATUS_COMPLETE)
         out["resources"].append({
-            "name": name, "priority": described["priority"], "status": status,
-            "policy": described["policy_name"] or "interruptionBudget", "runtime_required":
-                described["runtime_required"], "complete": complete, "targets": len(rows),
-            "work": len(described["work"]),
+            "name": name, "priority": described.priority, "status": status,
+            "policy": described.policy_name or "interruptionBudget", "runtime_required":
+                described.runtime_required, "complete": complete, "targets": len(rows),
+            "work": len(described.work),
             "next_wave": next_wave,
             "waves": [len(w["nodes"]) for w in waves],
-            "plan": "%s: %s" % (described["waves"].get("status"), described["waves"].get("reason", "")),
+            "plan": "%s: %s" % (described.waves.get("status"), described.waves.get("reason", "")),
             # Drains of its nodes that PodDisruptionBudgets hold now, from the nodes' live condition.
-            "drain_blocked": _drains_held(described["targets"], by_name),
+            "drain_blocked": _drains_held(described.targets, by_name),
             "nodes": rows})
     for resource, reason in view["blocked"]:
         if only and name_of(resource) != only:

@@ -38,6 +38,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_bas
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desired_state
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import RunPlan
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_settings import (
     STAT_BLOCKED,
     STAT_PAUSED,
@@ -135,11 +136,11 @@ class ActionModule(ActionBase):
             if value is not None:
                 return value
         for key, option in DRAIN_KEYS.items():
-            if option == name and resource_entry and (resource_entry.get("drain") or {}).get(key) is not None:
-                return resource_entry["drain"][key]
+            if option == name and resource_entry and resource_entry.drain.get(key) is not None:
+                return resource_entry.drain[key]
         for key, option in WAIT_KEYS.items():
-            if option == name and resource_entry and (resource_entry.get("non_interrupt_wait") or {}).get(key):
-                return resource_entry["non_interrupt_wait"][key]
+            if option == name and resource_entry and resource_entry.non_interrupt_wait.get(key):
+                return resource_entry.non_interrupt_wait[key]
         return DEFAULTS.get(name)
 
     def _option_problems(self, validated):
@@ -168,12 +169,7 @@ class ActionModule(ActionBase):
         from the play's ``nodewright_rollout_desired``, once per process, as the strategy does."""
         if run_context.names() or VAR_DESIRED not in task_vars:
             return None
-        desired = self._var(task_vars, VAR_DESIRED)
-        rollouts = desired.get("rollouts") if isinstance(desired, dict) else None
-        if not isinstance(rollouts, list):
-            return None
-        run_context.publish(rollouts, {"runtime_required": any(
-            isinstance(r, dict) and r.get("runtime_required") for r in rollouts)})
+        run_context.publish(RunPlan.from_dict(self._var(task_vars, VAR_DESIRED), VAR_DESIRED))
         return run_context.resource(resource)
 
     def _check_mode(self):
@@ -202,7 +198,12 @@ class ActionModule(ActionBase):
             task_vars, "safe_update_resource") or "default"
         entry = run_context.resource(resource)
         if entry is None:
-            entry = self._resource_from_play(task_vars, resource)
+            try:
+                entry = self._resource_from_play(task_vars, resource)
+            except NodeWrightError as exc:
+                result.update(failed=True, changed=False, msg="nodewright.fleet.maintain: %s (nothing was changed)"
+                              % exc)
+                return result
         node = args.get("name") or self._var(task_vars, "safe_update_node") or task_vars.get("inventory_hostname")
         self._seq = _Sequence(self, task_vars, node, resource, entry)
         try:
@@ -265,7 +266,7 @@ class _Sequence(object):
         self.task_vars = task_vars
         self.name = node
         self.resource = resource
-        self.entry = entry or {}
+        self.entry = entry  # its plan.ResourcePlan, or None: the task's arguments say it all
         self.check_mode = action._check_mode()
         args = action._args
         self.auth = {k: args[k] for k in AUTH_OPTIONS if args.get(k) is not None}
@@ -281,21 +282,21 @@ class _Sequence(object):
         self.packages_result = None
         self.before_cordon = args.get("before_cordon")
         self.left_cordoned = False
-        plan = (self.entry.get("nodes") or {}).get(node) or {}
         disruptive = args.get("disruptive")
         if disruptive is None:
-            disruptive = plan.get("disruptive") if plan else action._var(task_vars, "safe_update_disruptive", True)
+            disruptive = entry.node(node).disruptive if entry and node in entry.nodes else action._var(
+                task_vars, "safe_update_disruptive", True)
         self.disruptive = _truthy(disruptive)
         selector = args.get("non_interruptible_selector")
         if selector is None:
-            selector = self.entry.get("non_interruptible") if self.entry else action._var(
+            selector = entry.non_interruptible if entry else action._var(
                 task_vars, "safe_update_non_interruptible_selector", "")
         self.selector = selector or ""
         packages = args.get("packages")
         self.images = None
-        if packages is None and self.entry:
-            packages = self.entry.get("packages")
-            self.images = self.entry.get("images")
+        if packages is None and entry:
+            packages = entry.packages
+            self.images = entry.images
         self.packages = packages
         self.interrupt = args.get("interrupt") or {"type": "noop"}
         self.host_root = args.get("host_root") or action._var(task_vars, "safe_update_host_root") or \
@@ -645,7 +646,7 @@ class _Sequence(object):
         times with the stage retries' backoff (package/retries.py). The restarts are recorded in the
         node state (``restarts``); past the limit ``restartLimitReached`` keeps later runs off the
         node until its packages change."""
-        limits = (self.entry or {}).get("retries") or {}
+        limits = self.entry.retries if self.entry else {}
         limit = int(limits.get("restart_limit", package_retries.DEFAULT_RESTART_LIMIT))
         backoff = float(limits.get("retry_backoff", package_retries.DEFAULT_RETRY_BACKOFF))
         restarts = 0
@@ -673,7 +674,7 @@ class _Sequence(object):
         """The resource's GPU health gate (node/gpu_health.py) on the node's host."""
         if self.check_mode:
             return {"changed": False, "skipped": True, "msg": "skipped in check mode"}
-        gate = self.entry["gpu_health"]
+        gate = self.entry.gpu_health
         recorded = self.node.state(self.resource).get("gpusBefore")
         expected = recorded if isinstance(recorded, int) else gpu_health.allocatable_gpus(self.node.node)
         if not expected:
@@ -707,9 +708,9 @@ class _Sequence(object):
             self.step("Check the health gates before the node returns to work", lambda: self.module(
                 "node_health", phase="post", conditions=self.opt["health_conditions"],
                 labels=self.opt["health_labels"], validation_job=self.opt["validation_job"] or None,
-                tolerations=self.entry.get("tolerations") or [],
+                tolerations=self.entry.tolerations if self.entry else [],
                 timeout=self.opt["health_timeout"]), action=HEALTH)
-            if self.entry.get("gpu_health"):
+            if self.entry and self.entry.gpu_health:
                 self.step("Check the GPUs before the node returns to work", self.gpu_check)
             if self.before_cordon != "cordoned_by_other":
                 self.step("Uncordon the node (only NodeWright's own cordon)",

@@ -74,8 +74,24 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+schema:
+  description: "The version of the run plan's layout (this collection writes and reads 1). The strategy plugin,
+    the C(maintain) action and C(nodewright rollout) refuse a plan of another version, or with a key this
+    version does not know, naming it: plan again with the collection that rolls out."
+  returned: always
+  type: int
+  sample: 1
+status:
+  description: How a run of every resource would end if every node succeeded (C(complete), C(waiting), ...).
+  returned: always
+  type: str
+reason:
+  description: Why, in words.
+  returned: always
+  type: str
 rollouts:
-  description: One entry per resource that can be rolled out, in priority order.
+  description: One entry per resource that can be rolled out, in priority order; every field is listed in
+    C(plugins/module_utils/fleet/plan.py) (C(ResourcePlan)).
   returned: always
   type: list
   elements: dict
@@ -231,18 +247,17 @@ def run(module):
                                            holders=holders, now=now,
                                            env_lookup=desired_state.env_lookup_for(api),
                                            maintenance=list_node_maintenances(api), pods=pods_of)
-    for entry in described["rollouts"]:
-        entry["from_cluster"] = from_cluster
-        entry["conversion_warnings"] = converted.get(("NodeWright", entry["name"]), [])
-        if entry.get("policy_name"):
-            entry["conversion_warnings"] = entry["conversion_warnings"] + [
-                "DeploymentPolicy %s: %s" % (entry["policy_name"], w)
-                for w in converted.get(("DeploymentPolicy", entry["policy_name"]), [])]
-    _protected_pods(pods_of, described["rollouts"])
-    blocked = blocked + described["blocked"]
-    result = {"changed": False, "rollouts": described["rollouts"], "blocked": blocked,
-              "waves": described["waves"], "conflicts": described["conflicts"],
-              "status": described["status"], "reason": described["reason"]}
+    for entry in described.rollouts:
+        entry.from_cluster = from_cluster
+        entry.conversion_warnings = converted.get(("NodeWright", entry.name), [])
+        if entry.policy_name:
+            entry.conversion_warnings = entry.conversion_warnings + [
+                "DeploymentPolicy %s: %s" % (entry.policy_name, w)
+                for w in converted.get(("DeploymentPolicy", entry.policy_name), [])]
+    _protected_pods(pods_of, described.rollouts)
+    described.blocked = blocked + described.blocked
+    blocked = described.blocked
+    result = dict(described.to_dict(), changed=False)
     # Upstream fields without meaning here, image tags replaced: Ansible prints each.
     result["warnings"] = ([warning] if warning else []) + [
         "%s %s (converted from upstream): %s" % (kind, name, w) for (kind, name), ws in sorted(converted.items())
@@ -272,13 +287,12 @@ def _protected_pods(pods_of, rollouts):
     which the run will wait for (and past its wait leave the node blocked). One LIST of pods per
     distinct podNonInterruptLabels selector."""
     for entry in rollouts:
-        entry["protected"] = {}
-        if not entry.get("non_interruptible") or not entry.get("work"):
+        if not entry.non_interruptible or not entry.work:
             continue
-        selector = to_selector(entry["non_interruptible"], "podNonInterruptLabels")
+        selector = to_selector(entry.non_interruptible, "podNonInterruptLabels")
         if selector.empty:
             continue
-        entry["protected"] = node_waits.protected_by_node(pods_of(selector.to_string()), selector, entry["work"])
+        entry.protected = node_waits.protected_by_node(pods_of(selector.to_string()), selector, entry.work)
 
 
 ARGUMENT_SPEC = dict(

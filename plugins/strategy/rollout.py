@@ -423,9 +423,7 @@ class StrategyModule(LinearStrategyModule):
             self._nw_threads = self._thread_workers(_worker_mode(variables.get(VAR_WORKERS)))
             settings = read_settings(variables)
             if settings.desired is not None:
-                run_context.publish(settings.desired.get("rollouts"), {
-                    "runtime_required": any(r.get("runtime_required") for r in settings.desired.get("rollouts")
-                                            or [])})
+                run_context.publish(settings.desired)
             if settings.driver == DRIVER_WAVE_RUNNER:
                 # `nodewright rollout` already limited the run to one wave.
                 display.vv("nodewright.fleet.rollout: waves are driven by nodewright rollout; running as linear")

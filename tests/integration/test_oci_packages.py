@@ -388,9 +388,9 @@ def test_a_nodewright_resource_is_planned_from_its_image(registry, skyhook_image
                     "containerSHA": skyhook_image, "configMap": {"apply.sh": "true"}}}}}
     nodes = [{"metadata": {"name": "n1", "labels": {}, "creationTimestamp": "2026-01-01T00:00:00Z"}}]
     described = desired_state.describe(resource, nodes, {}, [])
-    (spec,) = described["packages"]
+    (spec,) = described.packages
     assert spec["src"] == str(tmp_path / "cache" / ("sha256-" + skyhook_image.split(":")[1]) / "package")
-    assert described["nodes"]["n1"]["actions"] == {"shellscript": "apply"}
+    assert described.nodes["n1"].actions == {"shellscript": "apply"}
 
 
 # --------------------------------------------------------------------------- nodes of two architectures
@@ -420,13 +420,13 @@ def test_planning_pulls_the_variant_of_every_targeted_architecture(registry, mul
     monkeypatch.setenv("NODEWRIGHT_REGISTRIES_CONF", registry.registries_conf)
     nodes = [node_object("h1", "amd64"), node_object("g1", "arm64")]
     described = desired_state.describe(image_resource(registry, multi), nodes, {}, [])
-    assert described["images"] == {"oci-demo": {
+    assert described.images == {"oci-demo": {
         "reference": "oci://%s/nodewright/oci-arch:1.0.0@%s" % (registry.host, multi), "archs": ["amd64", "arm64"]}}
     hexdigest = multi.split(":")[1]
     assert sorted(os.listdir(str(tmp_path / "cache"))) == sorted(
         ["sha256-%s-linux-amd64" % hexdigest, "sha256-%s-linux-arm64" % hexdigest] +
         [".sha256-%s-linux-amd64.lock" % hexdigest, ".sha256-%s-linux-arm64.lock" % hexdigest])
-    assert described["nodes"]["g1"]["actions"] == {"oci-demo": "apply"}
+    assert described.nodes["g1"].actions == {"oci-demo": "apply"}
 
 
 def test_a_fleet_of_one_architecture_needs_no_variant_of_the_controllers(registry, tmp_path, monkeypatch):
@@ -438,9 +438,9 @@ def test_a_fleet_of_one_architecture_needs_no_variant_of_the_controllers(registr
     monkeypatch.setenv("NODEWRIGHT_REGISTRIES_CONF", registry.registries_conf)
     described = desired_state.describe(image_resource(registry, digest, "nodewright/oci-arm-only"),
                                        [node_object("g1", "arm64"), node_object("g2", "arm64")], {}, [])
-    (spec,) = described["packages"]
+    (spec,) = described.packages
     assert "arm64-build" in open(os.path.join(spec["src"], "steps", "apply.sh")).read()
-    assert described["images"]["oci-demo"]["archs"] == ["arm64"]
+    assert described.images["oci-demo"]["archs"] == ["arm64"]
     # A target whose architecture the index lacks is refused before any node is touched.
     with pytest.raises(ValidationError) as caught:
         desired_state.describe(image_resource(registry, digest, "nodewright/oci-arm-only"),

@@ -309,6 +309,19 @@ def test_policy_problems_are_explained(tmp_path, play_vars, expected):
     assert recap_hosts(proc) == []
 
 
+@pytest.mark.parametrize("plan, expected", [
+    # A plan saved by a release that wrote another layout, or one this release never wrote.
+    ({"schema": 2, "rollouts": [], "blocked": []}, "written with run plan schema 2; this collection reads schema 1"),
+    ({"rollouts": [], "blocked": []}, "written with run plan schema (none)"),
+    ({"schema": 1, "rollouts": [], "node_views": {}}, "unknown key(s) node_views (run plan schema 1)"),
+])
+def test_a_run_plan_this_release_cannot_read_is_refused_before_any_host_runs(tmp_path, plan, expected):
+    proc = run_rollout(tmp_path, hosts_named(2), None, play_vars={"nodewright_rollout_desired": plan})
+    assert proc.returncode != 0
+    assert expected in proc.stderr and "plan again with this collection" in proc.stderr
+    assert recap_hosts(proc) == []
+
+
 def test_policy_may_be_templated_from_play_vars(tmp_path):
     play_vars = {"wave_size": 3, "nodewright_rollout_policy": {
         "default": {"budget": {"count": "{{ wave_size | int }}"}, "strategy": fixed("{{ wave_size | int }}")}}}

@@ -89,4 +89,11 @@ _kept = (
     _.REQUIRED_PERMISSIONS,
     # How many images a resolver pulled: the unit tests tell a cache hit from a pull by it.
     _.pulls,
+    # Run plan fields read only through the serialized plan: by playbooks/rollout.yml
+    # (repaired), playbooks/templates/plan.txt.j2 (protected, soak) and the plan file a
+    # user reads (held_by).
+    _.repaired,
+    _.protected,
+    _.soak,
+    _.held_by,
 )

@@ -8,77 +8,9 @@ would run (apply / upgrade / config / uninstall / nothing) and which interrupt.
 Pure functions over plain dicts (resources, nodes as the API returns them, the
 node's recorded state); reading the cluster is the caller's business.
 
-``describe`` returns, per resource, what a rollout of it needs - the keys the
-rollout driver reads (``rollout.yml`` today, the controller-side sequence after it):
-
-=========================== ==========================================================
-``name``, ``priority``      the resource and its priority (lower first)
-``generation``              its ``metadata.generation``
-``paused``, ``disabled``    its pause / disable annotations
-``deleting``                it has a ``deletionTimestamp``: no rollout; its nodes are
-                            uninstalled (``deletion``, ``playbooks/uninstall.yml``)
-``policy``, ``policy_name`` the DeploymentPolicy spec in force and its name
-``waves``                   the waves the policy makes (a dry run)
-``unavailable``             targets that are NotReady or under the GPU Operator's
-                            driver upgrade: node -> why, and whether they hold
-                            capacity and wait or are resumed (``describe_all``)
-``targets``                 targeted nodes in batch order: the ones the resource's
-                            ``status.nodePriority`` names first (in that order), then
-                            oldest ``creationTimestamp`` first
-``work``                    targets with something to do (not held, not malformed)
-``nodes``                   per target: ``actions`` per package, ``interrupt``,
-                            ``changed``, ``disruptive``, ``packages`` (plan entries)
-``packages``                the package module's specs, sources resolved; each with
-                            ``stage_timeout`` (seconds) when one applies,
-                            ``reapply_on_reboot`` with ``reapplyOnReboot`` and
-                            ``state: absent`` for a package with ``uninstall.apply``
-``images``                  per package from an image index of several platforms:
-                            ``{reference, archs}``, the reference pinned to the index
-                            and the targets' architectures, each variant already
-                            unpacked; a node's run takes its own architecture's
-                            variant
-``non_interruptible``       ``podNonInterruptLabels``
-``runtime_required``        ``runtimeRequired``
-``drain``                   ``drainConfig`` as ``nodewright.fleet.node_drain`` options
-                            (``timeout``, ``grace_period`` in seconds,
-                            ``delete_emptydir_data``, ``force``, ``ignore_daemonsets``,
-                            ``disable_eviction``), only those the resource sets; the
-                            driver merges: role defaults < ``drain`` < variables the
-                            user gave the playbook
-``non_interrupt_wait``      ``podNonInterruptWait`` in seconds (``timeout``,
-                            ``give_up_after``), only those the resource sets
-``stage_timeout``           ``spec.stageTimeout`` in seconds (None: no bound)
-``sequencing``              ``node`` or ``all``; ``held`` (a reason) and ``held_by``
-                            when an earlier ``sequencing: all`` resource is not
-                            complete everywhere yet (``apply_sequencing``): then
-                            ``work`` is empty and ``held_work`` what it would be
-``uninstall``               ``{enabled: [packages], apply: [packages]}``: the packages
-                            uninstalled when the resource is deleted, and now
-``reapply_on_reboot``       ``reapplyOnReboot``: the package module applies a complete
-                            package again when the node's boot id changed since
-                            (its specs carry it), and the reconciler re-taints a
-                            runtimeRequired node for that (``gating.retaint_after_reboot``)
-``runtime_required_cordon_after``  ``runtimeRequiredCordonAfter`` (the gate's decision)
-``malformed``               ``[{node, resource, message}]``: targets whose state
-                            annotation cannot be parsed; they are left out of ``work``
-                            and the rollout marks them (condition ``nodewright.io/
-                            Erroring``, reason ``MalformedState``)
-``repaired``                targets whose ``MalformedState`` mark their state no
-                            longer deserves: the rollout clears it
-``uninstalling``            nodes of ``work`` where a package is to be uninstalled
-                            (``uninstall.apply``): status ``UninstallInProgress``
-``recorded``                nodes that carry a state of this resource (targeted or
-                            not): what an uninstall of it must visit
-``retries``                 ``{stage_retries, retry_backoff, restart_limit}``: the retry
-                            budget of a stage and the restart limit of a non-reboot
-                            interrupt (``stageRetries``, ``stageRetryBackoff`` in seconds,
-                            ``interruptRestartLimit``), defaults filled in
-``refused``                 ``[{node, resource, kind, message}]``: targets left out of
-                            ``work`` although they differ from the spec - ``kind``
-                            ``exhausted`` (a stage's retry budget is spent),
-                            ``downgrade-refused`` (uninstall first) or ``restart-limit``
-                            (``refused_nodes``); the run ends non-zero naming them
-=========================== ==========================================================
+``describe`` returns, per resource, what a rollout of it needs (a ``plan.ResourcePlan``,
+whose docstring lists its fields); ``describe_all`` every resource of a run (a
+``plan.RunPlan``).
 """
 
 from __future__ import annotations
@@ -97,6 +29,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import parse_duration
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import NodePlan, ResourcePlan, RunPlan
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_policy,
     policy_from_interruption_budget,
@@ -388,10 +321,10 @@ def node_plan(specs, node, resource_name, desired=None, cache=None):
         desired = desired_packages(specs, cache)
     result = package_planner.plan(desired, recorded_state(node, resource_name), boot_id=node_state.boot_id(node))
     interrupt = result.get("interrupt") or {"type": "noop"}
-    return {"actions": {p["name"]: p["action"] for p in result["packages"]},
-            "interrupt": interrupt, "changed": bool(result.get("changed")),
-            "disruptive": interrupt.get("type", "noop") != "noop",
-            "packages": result["packages"]}
+    return NodePlan(actions={p["name"]: p["action"] for p in result["packages"]},
+                    interrupt=interrupt, changed=bool(result.get("changed")),
+                    disruptive=interrupt.get("type", "noop") != "noop",
+                    packages=result["packages"])
 
 
 def resolved_specs(specs, nodes, cache=None):
@@ -414,7 +347,7 @@ def _work_left(plan, node, resource_name):
     """A node has work when its plan runs something, or a sequence was left unfinished on it
     (a crash after its packages ran, before it was marked complete; or an error): the safe
     sequence resumes or retries it."""
-    return bool(plan["changed"] or _unfinished(node, resource_name))
+    return bool(plan.changed or _unfinished(node, resource_name))
 
 
 def _unfinished(node, resource_name):
@@ -424,8 +357,9 @@ def _unfinished(node, resource_name):
 
 
 def policy_for(resource, policies):
-    """The DeploymentPolicy spec of a resource (by name from ``policies``), or the one
-    its interruptionBudget implies. A missing policy is an error the caller reports."""
+    """The DeploymentPolicy of a resource (by name from ``policies``, its
+    ``deploymentPolicyOptions`` applied), or the one its interruptionBudget implies, parsed.
+    A missing policy is an error the caller reports."""
     spec = resource["spec"]
     name = spec.get("deploymentPolicy")
     if name:
@@ -433,8 +367,8 @@ def policy_for(resource, policies):
             raise ValidationError("DeploymentPolicy %r does not exist" % name, field="spec.deploymentPolicy",
                                   hint="create it, or fix the name; the resource stays blocked until then")
         policy = parse_policy(policies[name].get("spec") or {})
-        return policy.with_options(spec.get("deploymentPolicyOptions")).to_dict()
-    return policy_from_interruption_budget(spec.get("interruptionBudget")).to_dict()
+        return policy.with_options(spec.get("deploymentPolicyOptions"))
+    return policy_from_interruption_budget(spec.get("interruptionBudget"))
 
 
 def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, env_lookup=None):
@@ -459,13 +393,12 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
         problem = node_state.unreadable(by_name[t], name)
         if problem:
             malformed.append({"node": t, "resource": name, "message": problem})
-            plans[t] = {"actions": {}, "interrupt": {"type": "noop"}, "changed": False, "disruptive": False,
-                        "packages": [], "malformed": problem}
+            plans[t] = NodePlan(malformed=problem)
             continue
         plans[t] = node_plan(specs, by_name[t], name, desired=desired)
     for t, summaries in resolved.items():
         if t in plans:
-            plans[t].update(summaries)
+            plans[t].resolved.update(summaries)
     policy = policy_for(resource, policies)
     bad = {m["node"] for m in malformed}
     deleting = bool(((original or {}).get("metadata") or {}).get("deletionTimestamp"))
@@ -474,39 +407,35 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
     work = [] if deleting else [t for t in targets if t not in bad and t not in refused
                                 and _work_left(plans[t], by_name[t], name)]
     sticky = node_priority(original)
-    packages = spec.get("packages") or {}
-    return {
-        "name": name, "priority": spec.get("priority", DEFAULT_PRIORITY),
-        "generation": resource["metadata"].get("generation"),
-        "paused": is_paused(resource), "disabled": is_disabled(resource), "deleting": deleting,
-        "policy": policy, "policy_name": spec.get("deploymentPolicy"),
-        "waves": {"waves": [], "status": "unplanned", "reason": "planned with every resource (describe_all)"},
-        "non_interruptible": spec.get("podNonInterruptLabels") or {},
-        "runtime_required": bool(spec.get("runtimeRequired")),
-        "targets": targets, "packages": specs, "nodes": plans, "images": images,
-        "work": work,
-        "node_order": {t: sticky[t] for t in targets if t in sticky},
-        "drain": drain_options(spec.get("drainConfig")),
-        "tolerations": spec.get("additionalTolerations") or [],
-        "gpu_health": gpu_health.parse_gate(spec.get("gpuHealthGate")),
-        "recorded_conversion_warnings": conversion_warnings_of(original),
-        "non_interrupt_wait": non_interrupt_wait_options(spec.get("podNonInterruptWait")),
-        "stage_timeout": stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
-        "sequencing": spec.get("sequencing", "node"),
-        "uninstall": {"enabled": sorted(p for p, v in packages.items() if (v.get("uninstall") or {}).get("enabled")),
-                      "apply": sorted(p for p, v in packages.items() if (v.get("uninstall") or {}).get("apply"))},
-        "reapply_on_reboot": bool(spec.get("reapplyOnReboot")),
-        "runtime_required_cordon_after": bool(spec.get("runtimeRequiredCordonAfter")),
-        "malformed": malformed,
-        "retries": retry_options(spec),
-        "refused": [{"node": t, "resource": name, "kind": kind, "message": message}
-                    for t, (kind, message) in sorted(refused.items())],
-        "uninstalling": [t for t in work if "uninstall" in plans[t]["actions"].values()],
-        "repaired": [t for t in targets if t not in bad and node_state.repaired_malformed(by_name[t])],
-        "recorded": sorted(n["metadata"]["name"] for n in nodes
-                           if node_state.annotation_text(n, name) is not None),
-        "adoptable": adoptable(name, spec, desired, [by_name[t] for t in targets if t not in bad]),
-    }
+    return ResourcePlan(
+        name=name, priority=spec.get("priority", DEFAULT_PRIORITY),
+        generation=resource["metadata"].get("generation"),
+        paused=is_paused(resource), disabled=is_disabled(resource), deleting=deleting,
+        policy=policy, policy_name=spec.get("deploymentPolicy"),
+        waves={"waves": [], "status": "unplanned", "reason": "planned with every resource (describe_all)"},
+        non_interruptible=spec.get("podNonInterruptLabels") or {},
+        runtime_required=bool(spec.get("runtimeRequired")),
+        targets=targets, packages=specs, nodes=plans, images=images,
+        work=work,
+        node_order={t: sticky[t] for t in targets if t in sticky},
+        drain=drain_options(spec.get("drainConfig")),
+        tolerations=spec.get("additionalTolerations") or [],
+        gpu_health=gpu_health.parse_gate(spec.get("gpuHealthGate")),
+        recorded_conversion_warnings=conversion_warnings_of(original),
+        non_interrupt_wait=non_interrupt_wait_options(spec.get("podNonInterruptWait")),
+        stage_timeout=stage_timeout(spec.get("stageTimeout"), "spec.stageTimeout"),
+        sequencing=spec.get("sequencing", "node"),
+        reapply_on_reboot=bool(spec.get("reapplyOnReboot")),
+        malformed=malformed,
+        retries=retry_options(spec),
+        refused=[{"node": t, "resource": name, "kind": kind, "message": message}
+                 for t, (kind, message) in sorted(refused.items())],
+        uninstalling=[t for t in work if "uninstall" in plans[t].actions.values()],
+        repaired=[t for t in targets if t not in bad and node_state.repaired_malformed(by_name[t])],
+        recorded=sorted(n["metadata"]["name"] for n in nodes
+                        if node_state.annotation_text(n, name) is not None),
+        adoptable=adoptable(name, spec, desired, [by_name[t] for t in targets if t not in bad]),
+    )
 
 
 def adoptable(name, spec, desired, nodes):
@@ -539,14 +468,14 @@ def refused_nodes(plans, by_name, resource_name, spec):
     not take them out of work."""
     out = {}
     for node, plan in plans.items():
-        refused = [p for p in plan.get("packages") or () if p["action"] in package_planner.REFUSED_ACTIONS]
+        refused = [p for p in plan.packages if p["action"] in package_planner.REFUSED_ACTIONS]
         if refused:
             out[node] = (refused[0]["action"], "; ".join(p["reason"] for p in refused))
             continue
         state = node_state.read_node_state(by_name.get(node), resource_name)
         limit = retry_options(spec)["restart_limit"]
         # A limit raised since lets the next run try again.
-        if package_retries.restart_limit_reached(state) and not plan.get("changed") and \
+        if package_retries.restart_limit_reached(state) and not plan.changed and \
                 int(state.get("restarts") or 0) >= limit:
             kind = (state.get("interrupt") or {}).get("type", "service")
             failures = int(state.get("restarts") or 0) + 1
@@ -560,12 +489,12 @@ def settings_of(entry, cache):
     """node -> {setting: value} a described resource writes (for ``conflicts``)."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts
     common = {}
-    for spec in entry["packages"]:
+    for spec in entry.packages:
         common.update(conflicts.spec_settings(spec, _load(spec["src"], cache)))
     out = {}
-    for node in entry["targets"]:
+    for node in entry.targets:
         settings = dict(common)
-        settings.update(conflicts.node_settings(entry["nodes"].get(node)))
+        settings.update(conflicts.node_settings(entry.node(node).resolved))
         out[node] = settings
     return out
 
@@ -575,7 +504,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
     """Every resource described, conflicts between them refused, and the waves of a run
     of all of them together (the rollout driver's own dry run).
 
-    Returns ``{"rollouts", "blocked", "waves", "conflicts", "status", "reason"}``;
+    Returns a ``plan.RunPlan``;
     ``only``: the name of the one resource to report (the others are still read, for
     conflicts and for the nodes they have in progress); ``pods``: label selector text -> the
     pods it matches, for the dry run of a ``nodeOrder: workload`` policy."""
@@ -597,7 +526,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
         except Exception as exc:  # noqa: BLE001 - one resource's surprise must not stop the others
             blocked.append({"name": name, "reason": "cannot be described (%s: %s); this is a NodeWright bug if the "
                                                     "resource is valid" % (type(exc).__name__, exc)})
-    found = conflicts_mod.find_conflicts([(r["name"], r["priority"], settings_of(r, cache)) for r in rollouts])
+    found = conflicts_mod.find_conflicts([(r.name, r.priority, settings_of(r, cache)) for r in rollouts])
     if found:
         bad = {}
         for conflict in found:
@@ -606,38 +535,37 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
         blocked.extend({"name": name, "reason": "; ".join(reasons) + "; make the values agree, or the resources' "
                         "nodeSelectors disjoint (nothing was changed)", "conflict": True}
                        for name, reasons in sorted(bad.items()))
-        rollouts = [r for r in rollouts if r["name"] not in bad]
+        rollouts = [r for r in rollouts if r.name not in bad]
     apply_sequencing(rollouts)
     if only is not None:
-        rollouts = [r for r in rollouts if r["name"] == only]
+        rollouts = [r for r in rollouts if r.name == only]
         blocked = [b for b in blocked if b["name"] == only]
         # Other resources' conflicts among themselves do not concern a run of this one.
         found = [c for c in found if only in c["resources"]]
     runnable = []
     for entry in rollouts:
-        if entry["paused"] or entry["disabled"] or entry.get("deleting"):
+        if not entry.rollable:
             continue
-        policy = parse_policy(entry["policy"])
-        state, _note = resume_state(policy, objects.get(entry["name"]))
-        runnable.append(driver_mod.ResourceRollout(entry["name"], policy, targets=entry["targets"],
-                                                   work=entry["work"], priority=entry["priority"], state=state,
-                                                   order=entry.get("node_order"), data=entry))
+        state, _note = resume_state(entry.policy, objects.get(entry.name))
+        runnable.append(driver_mod.ResourceRollout(entry.name, entry.policy, targets=entry.targets,
+                                                   work=entry.work, priority=entry.priority, state=state,
+                                                   order=entry.node_order, plan=entry))
     view = driver_mod.simulated_view(nodes, holders, now, maintenance)
     # Read before the dry run, which makes every node it admits healthy.
     unavailable = view.unavailable_nodes()
     for entry in rollouts:
-        entry["unavailable"] = {}
-        for node in entry["targets"]:
+        entry.unavailable = {}
+        for node in entry.targets:
             if node in unavailable:
-                resumed = node in entry["work"] and \
-                    view.nodes[node].statuses.get(entry["name"]) == markers.STATUS_IN_PROGRESS
-                entry["unavailable"][node] = unavailable[node] + (
+                resumed = node in entry.work and \
+                    view.nodes[node].statuses.get(entry.name) == markers.STATUS_IN_PROGRESS
+                entry.unavailable[node] = unavailable[node] + (
                     "; left in progress by this resource: resumed first" if resumed else
                     "; counted against the limits, not admitted until healthy")
     run, status, reason = driver_mod.plan_run(runnable, view, pods=pods)
     per = {res.name: res for res in run.resources}
     for entry in rollouts:
-        res = per.get(entry["name"])
+        res = per.get(entry.name)
         if res is None:
             continue
         waves = []
@@ -648,21 +576,21 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
                 data["number"] = wave.number
                 waves.append(data)
         decision = res.decision
-        entry["waves"] = {"waves": waves, "status": decision.status if decision else "complete",
-                          "reason": decision.reason if decision else "nothing to do"}
+        entry.waves = {"waves": waves, "status": decision.status if decision else "complete",
+                       "reason": decision.reason if decision else "nothing to do"}
         _describe_gates(entry, res.policy)
-    return {"rollouts": rollouts, "blocked": blocked, "waves": driver_mod.waves_of(run), "conflicts": found,
-            "status": status, "reason": reason}
+    return RunPlan(rollouts=rollouts, blocked=blocked, waves=driver_mod.waves_of(run), conflicts=found,
+                   status=status, reason=reason)
 
 
 def _describe_gates(entry, policy):
     """``soak`` (compartment -> its soakTime, e.g. ``10m``) and ``alert_gate`` (the gate, and a
     check of it now) for the plan: what will hold the rollout back besides its limits."""
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import alerts
-    entry["soak"] = {c.name: c.to_dict()["soakTime"] for c in policy.all_compartments if c.soak_time}
+    entry.soak = {c.name: c.to_dict()["soakTime"] for c in policy.all_compartments if c.soak_time}
     if policy.alert_gate is not None:
-        entry["alert_gate"] = {"gate": policy.alert_gate.to_dict(), "describe": policy.alert_gate.describe(),
-                               "now": alerts.check_gate(policy.alert_gate).to_dict()}
+        entry.alert_gate = {"gate": policy.alert_gate.to_dict(), "describe": policy.alert_gate.describe(),
+                            "now": alerts.check_gate(policy.alert_gate).to_dict()}
 
 
 def apply_sequencing(rollouts):
@@ -673,17 +601,16 @@ def apply_sequencing(rollouts):
     (it is withdrawn); resources of the same priority are not held by each other."""
     holder = None
     for r in rollouts:
-        if holder is not None and r["priority"] > holder["priority"] and not r.get("deleting"):
-            pending = len(holder["work"]) + len(holder.get("malformed") or [])
-            r["held_by"] = holder["name"]
-            r["held"] = ("waiting for %s (priority %d, sequencing: all) to complete on every node it targets; "
-                         "%d of %d still to do" % (holder["name"], holder["priority"], pending,
-                                                   len(holder["targets"])))
+        if holder is not None and r.priority > holder.priority and not r.deleting:
+            pending = len(holder.work) + len(holder.malformed)
+            r.held_by = holder.name
+            r.held = ("waiting for %s (priority %d, sequencing: all) to complete on every node it targets; "
+                      "%d of %d still to do" % (holder.name, holder.priority, pending, len(holder.targets)))
             # Its status says waiting (upstream's) while it has work of its own held back.
-            r["held_work"] = r["work"]
-            r["work"] = []
+            r.held_work = r.work
+            r.work = []
             continue
-        if holder is None and r.get("sequencing") == "all" and not r.get("disabled") and not r.get("deleting") \
-                and (r["work"] or r.get("malformed")):
+        if holder is None and r.sequencing == "all" and not r.disabled and not r.deleting \
+                and (r.work or r.malformed):
             holder = r
     return rollouts

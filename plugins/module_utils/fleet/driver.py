@@ -98,7 +98,7 @@ class ResourceRollout(object):
     """One NodeWright resource in a run: its policy, its targets, the nodes with work."""
 
     def __init__(self, name, policy, targets, work, priority=200, eligible=None, state=None, source=None,
-                 data=None, order=None):
+                 plan=None, order=None):
         self.name = name
         self.order = dict(order or {})        # node -> its place in status.nodePriority (kept across runs)
         self.policy = policy
@@ -109,7 +109,7 @@ class ResourceRollout(object):
         self.state = state if state is not None else RolloutState(policy)
         self.source = source or "DeploymentPolicy"
         self.digest = policy_digest(policy.to_dict())
-        self.data = data or {}                # the desired_state entry, for hooks
+        self.plan = plan                      # its plan.ResourcePlan (None: a play's own policy), for hooks
         self.decision = None
         self.gate_check = None                # the alert gate's last check (alerts.GateCheck) in this run
         self.gate_changed = False             # it opened or closed at the last admission
@@ -119,7 +119,7 @@ class ResourceRollout(object):
     @property
     def non_interruptible(self):
         """The resource's podNonInterruptLabels (what holds a node under ``nodeOrder: workload``)."""
-        return self.data.get("non_interruptible") or {}
+        return self.plan.non_interruptible if self.plan is not None else {}
 
     @property
     def done(self):

@@ -18,7 +18,6 @@ import re
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.ops import read_state
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
     compartment_statuses,
@@ -223,14 +222,14 @@ def _meta(obj):
 
 
 def resource_metrics(metrics, described, nodes, resource=None, status=None):
-    """Metrics of one rollable resource (a ``desired_state.describe`` result) from the
+    """Metrics of one rollable resource (its ``plan.ResourcePlan``) from the
     markers on its targeted nodes. ``resource`` (the object, for its recorded status:
     compartmentStatuses or rolloutState) and ``status`` (its overall status) are optional."""
-    name = described["name"]
+    name = described.name
     by_name = {_meta(n).get("name"): n for n in nodes}
     counts, pkg_states, pkg_stages = {}, {}, {}
     done, busy = [], []
-    for target in described["targets"]:
+    for target in described.targets:
         node = by_name.get(target)
         if node is None:
             continue
@@ -281,12 +280,12 @@ def compartments(described, nodes, resource=None, done=(), in_progress=()):
         return recorded
     if isinstance(recorded, list) and recorded:
         return {c.get("name", "?"): c for c in recorded if isinstance(c, dict)}
-    policy = parse_policy(described["policy"])
+    policy = described.policy
     try:
         state = RolloutState.from_dict(policy, ((resource or {}).get("status") or {}).get("rolloutState"))
     except Exception:  # noqa: BLE001 - a hand-edited rollout state only loses its batch numbers here
         state = RolloutState(policy)
-    targets = set(described["targets"])
+    targets = set(described.targets)
     chosen = [n for n in nodes if _meta(n).get("name") in targets]
     return compartment_statuses(state, chosen, done=done, in_progress=in_progress)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import Hooks, ResourceRollout
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import HALTED, parse_policy
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan, RunPlan
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import HALTED
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
 )
@@ -40,30 +41,28 @@ def resources_from_desired(desired, hosts, settings, play, driver, check_mode=Fa
     say = say or (lambda text, level="info": None)
     rollouts, records, keepers = [], {}, {}
     hosts = set(hosts)
-    for entry in desired.get("rollouts") or []:
-        if entry.get("paused") or entry.get("disabled") or entry.get("deleting"):
+    for entry in RunPlan.from_dict(desired).rollouts:
+        if not entry.rollable:
             continue
-        name = entry["name"]
-        policy = parse_policy(entry.get("policy") or {}, "NodeWright %s: policy" % name).with_alert_gate(
-            settings.alert_gate)
-        source = ("DeploymentPolicy/%s" % entry["policy_name"]) if entry.get("policy_name") else \
-            "interruptionBudget of %s" % name
+        name = entry.name
+        policy = entry.policy.with_alert_gate(settings.alert_gate)
+        source = entry.source
         state, keeper = RolloutState(policy), None
-        if entry.get("from_cluster", True) and entry.get("generation") is not None:
+        if entry.from_cluster and entry.generation is not None:
             state, note, keeper = StateKeeper.resume(name, policy, settings.k8s_auth, check_mode=check_mode)
             if note:
                 say("NodeWright rollout: %s: %s" % (name, note))
         else:
             note = None
-        views = [{"name": t} for t in entry.get("targets") or []]
-        res = ResourceRollout(name, policy, targets=entry.get("targets") or [], work=entry.get("work") or [],
-                              priority=entry.get("priority", 200), eligible=hosts & set(entry.get("work") or []),
-                              state=state, source=source, data=entry, order=entry.get("node_order"))
+        views = [{"name": t} for t in entry.targets]
+        res = ResourceRollout(name, policy, targets=entry.targets, work=entry.work,
+                              priority=entry.priority, eligible=hosts & set(entry.work),
+                              state=state, source=source, plan=entry, order=entry.node_order)
         record = RolloutRecord(play, policy, source, [v for v in views if v["name"] in res.work], driver,
                                resource=name)
         if note:
             record.note(note)
-        missing = sorted(set(entry.get("work") or []) - hosts)
+        missing = sorted(set(entry.work) - hosts)
         if missing:
             record.leave_out(missing, "not in the inventory of this run")
         rollouts.append(res)
@@ -226,18 +225,19 @@ def status_writer(auth):
         return judged[key]
 
     def write(res, raw_nodes, current, override, message):
-        entry = res.data or {}
+        plan = res.plan
+        specs = plan.packages if plan is not None else []
         pending = res.open_work() - res.state.succeeded
         if res.eligible is not None and pending - res.eligible:
             by_name = {n["metadata"]["name"]: n for n in raw_nodes}
-            specs = entry.get("packages") or []
             pending = {t for t in pending if t in res.eligible or t not in by_name
                        or still_to_do(res, by_name[t], specs)}
-        if override is None and entry.get("held") and entry.get("held_work"):
-            override, message = "waiting", entry["held"]
-        return compute_status(res.name, raw_nodes, res.targets, entry.get("packages") or [], override=override,
-                              message=message, generation=entry.get("generation"), current=current,
-                              pending=pending, uninstalling=set(entry.get("uninstalling") or ()) & pending,
-                              refused=entry.get("refused") or (),
-                              conversion_warnings=entry.get("recorded_conversion_warnings") or ())
+        if plan is None:  # a play's own policy: nothing of a resource's to add
+            plan = ResourcePlan(res.name, res.policy)
+        if override is None and plan.held and plan.held_work:
+            override, message = "waiting", plan.held
+        return compute_status(res.name, raw_nodes, res.targets, specs, override=override,
+                              message=message, generation=plan.generation, current=current,
+                              pending=pending, uninstalling=set(plan.uninstalling) & pending,
+                              refused=plan.refused, conversion_warnings=plan.recorded_conversion_warnings)
     return write

@@ -4,7 +4,7 @@
 """What a rollout computed once on the controller, for every node's task to read.
 
 The rollout strategy publishes here, in the controller process, each resource's
-description from ``desired_state`` (its package specs, policy, node plans) before a
+plan (``plan.ResourcePlan``: its package specs, policy, node plans) before a
 wave starts. The ``nodewright.fleet.maintain`` task of each node runs in a thread of
 the controller or in a worker forked from it, so the action finds the description in
 memory instead of receiving a fleet-sized structure as templated task arguments for
@@ -19,18 +19,17 @@ _RESOURCES = {}
 _SETTINGS = {}
 
 
-def publish(rollouts, settings=None):
-    """Make ``rollouts`` (``desired_state`` entries) the current run's resources."""
+def publish(plan):
+    """Make the resources of ``plan`` (a ``plan.RunPlan``) the current run's."""
     _RESOURCES.clear()
-    for entry in rollouts or ():
-        if isinstance(entry, dict) and entry.get("name"):
-            _RESOURCES[entry["name"]] = entry
     _SETTINGS.clear()
-    _SETTINGS.update(settings or {})
+    for entry in plan.rollouts:
+        _RESOURCES[entry.name] = entry
+    _SETTINGS["runtime_required"] = any(entry.runtime_required for entry in plan.rollouts)
 
 
 def resource(name):
-    """The published description of resource ``name``, or None."""
+    """The published ``plan.ResourcePlan`` of resource ``name``, or None."""
     return _RESOURCES.get(name)
 
 

@@ -85,9 +85,9 @@ def read_settings(variables):
         raise NodeWrightError("the play sets %s and a policy (%s/%s)" % (VAR_DESIRED, VAR_POLICY, VAR_POLICY_NAME),
                               hint="NodeWright resources bring their own DeploymentPolicy; drop the policy variable")
     if desired is not None:
-        if not isinstance(desired, dict) or not isinstance(desired.get("rollouts"), list):
-            raise NodeWrightError("%s must be the result of nodewright.fleet.desired_state (with rollouts), got %s"
-                                  % (VAR_DESIRED, type(desired).__name__))
+        # Read through the plan's types once, before any node is touched.
+        from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import RunPlan
+        desired = RunPlan.from_dict(desired, VAR_DESIRED)
     if spec is not None and name:
         raise NodeWrightError("the play sets both %s and %s" % (VAR_POLICY, VAR_POLICY_NAME),
                               hint="keep one: an inline DeploymentPolicy spec, or the name of a DeploymentPolicy "

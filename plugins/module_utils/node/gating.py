@@ -258,19 +258,18 @@ def retaint_after_reboot(node_name, node, rollouts, taint_key=markers.TAINT_RUNT
     """Whether a runtimeRequired node that rebooted outside NodeWright gets the
     runtime-required taint back: it does when a runtimeRequired resource with
     reapplyOnReboot is to apply packages again there because of the reboot (its
-    ``desired_state`` plan says so), so that workloads wait until they are complete
-    again. Returns ``(bool, reason)``."""
+    ``desired_state`` plan, a ``plan.ResourcePlan`` of ``rollouts``, says so), so that
+    workloads wait until they are complete again. Returns ``(bool, reason)``."""
     if has_taint(node, taint_key):
         return False, "%s already carries %s" % (node_name, taint_key)
     for described in rollouts or ():
-        if not (described.get("runtime_required") and described.get("reapply_on_reboot")):
+        if not (described.runtime_required and described.reapply_on_reboot):
             continue
-        plan = (described.get("nodes") or {}).get(node_name) or {}
-        again = [p["name"] for p in plan.get("packages") or ()
+        again = [p["name"] for p in described.node(node_name).packages
                  if p.get("action") == "rerun" and p.get("after_reboot")]
-        if again and node_name in (described.get("work") or ()):
+        if again and node_name in described.work:
             return True, "%s rebooted; %s applies %s again (reapplyOnReboot)" % (
-                node_name, described["name"], ", ".join(again))
+                node_name, described.name, ", ".join(again))
     return False, "no runtimeRequired resource re-applies packages on %s after a reboot" % node_name
 
 

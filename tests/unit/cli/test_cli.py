@@ -23,6 +23,8 @@ except ImportError:  # not installed into the virtualenv yet (make venv does it)
 from nodewright_cli import actions, cli, reconcile_work, reconciler, runner, status  # noqa: E402
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers  # noqa: E402
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan  # noqa: E402
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy  # noqa: E402
 
 pytestmark = pytest.mark.unit
 PACKAGES = [os.path.join(REPO, "packages")]
@@ -173,12 +175,16 @@ def test_status_writes_are_not_changes_of_a_resource():
                                           nodewright("r", annotations={markers.ANNOTATION_PAUSE: "true"}))
 
 
+def _described(name, work, generation=1, paused=False, disabled=False):
+    return ResourcePlan(name, parse_policy({"default": {"budget": {"count": 1}}}), work=work, generation=generation,
+                        paused=paused, disabled=disabled)
+
+
 def test_work_leaves_out_paused_disabled_and_malformed():
-    view = {"rollouts": [(None, {"name": "a", "paused": False, "disabled": False, "work": ["n1", "n2"],
-                                 "generation": 3}),
-                         (None, {"name": "b", "paused": True, "disabled": False, "work": ["n1"], "generation": 1}),
-                         (None, {"name": "c", "paused": False, "disabled": True, "work": ["n1"], "generation": 1}),
-                         (None, {"name": "d", "paused": False, "disabled": False, "work": ["n2"], "generation": 1})],
+    view = {"rollouts": [(None, _described("a", ["n1", "n2"], generation=3)),
+                         (None, _described("b", ["n1"], paused=True)),
+                         (None, _described("c", ["n1"], disabled=True)),
+                         (None, _described("d", ["n2"]))],
             "blocked": [], "malformed": {"n2": {"a": "malformed"}}}
     work = reconcile_work.work_of(view)
     assert work == {"a": ["n1"]}
@@ -221,15 +227,14 @@ def test_the_same_work_waits_for_the_retry_interval(tmp_path):
     started = []
     rec.run_playbook = lambda *a, **kw: started.append(kw) or runner.RunResult(
         "rollout", "failed", 2, 0, 1, {"n1": "failed"}, {"n1": "boom"}, None, [], "")
-    view = {"rollouts": [(None, {"name": "a", "generation": 1, "work": ["n1"], "paused": False,
-                                 "disabled": False})], "blocked": [], "malformed": {}}
+    view = {"rollouts": [(None, _described("a", ["n1"]))], "blocked": [], "malformed": {}}
     work = reconcile_work.work_of(view)
     rec._maybe_run(view, work, [], run_inline=True)
     assert len(started) == 1 and rec.last_rollout["status"] == "failed"
     assert started[0]["extravars"]["nodewright_taint_key"] == markers.TAINT_RUNTIME_REQUIRED
     rec._maybe_run(view, work, [], run_inline=True)
     assert len(started) == 1 and rec.retry_at is not None
-    view["rollouts"][0][1]["generation"] = 2  # an edited resource is new work
+    view["rollouts"][0][1].generation = 2  # an edited resource is new work
     rec._maybe_run(view, reconcile_work.work_of(view), [], run_inline=True)
     assert len(started) == 2
 

@@ -255,36 +255,51 @@ def maintain_action():
     run_context.clear()
 
 
+def _run_plan(*entries):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan, RunPlan
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
+    policy = parse_policy({"default": {"budget": {"count": 1}}})
+    return RunPlan(rollouts=[ResourcePlan(name, policy, runtime_required=required) for name, required in entries])
+
+
 def test_maintain_publishes_the_plays_resources_once(maintain_action):
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
-    desired = {"rollouts": [{"name": "a", "runtime_required": False}, {"name": "b", "runtime_required": True}]}
+    desired = _run_plan(("a", False), ("b", True)).to_dict()
     assert maintain_action._resource_from_play({}, "a") is None and run_context.names() == []
     entry = maintain_action._resource_from_play({"nodewright_rollout_desired": desired}, "a")
-    assert entry == {"name": "a", "runtime_required": False}
+    assert entry.name == "a" and entry.runtime_required is False
     assert run_context.names() == ["a", "b"] and run_context.setting("runtime_required") is True
     # Published once: a later task finds the run's resources in memory, as under the strategy.
-    other = {"rollouts": [{"name": "c"}]}
+    other = _run_plan(("c", False)).to_dict()
     assert maintain_action._resource_from_play({"nodewright_rollout_desired": other}, "c") is None
     assert run_context.names() == ["a", "b"]
 
 
 def test_maintain_leaves_what_the_strategy_published(maintain_action):
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
-    run_context.publish([{"name": "a"}], {"runtime_required": False})
-    desired = {"rollouts": [{"name": "b", "runtime_required": True}]}
+    run_context.publish(_run_plan(("a", False)))
+    desired = _run_plan(("b", True)).to_dict()
     assert maintain_action._resource_from_play({"nodewright_rollout_desired": desired}, "b") is None
     assert run_context.names() == ["a"] and run_context.setting("runtime_required") is False
-    run_context.clear()
-    assert maintain_action._resource_from_play({"nodewright_rollout_desired": "not a plan"}, "a") is None
-    assert run_context.names() == []
+
+
+def test_maintain_refuses_a_play_plan_it_cannot_read(maintain_action):
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import PlanError
+    for bad, says in (("not a plan", "must be the result of nodewright.fleet.desired_state"),
+                      (dict(_run_plan(("a", False)).to_dict(), schema=2), "written with run plan schema 2")):
+        with pytest.raises(PlanError, match=says):
+            maintain_action._resource_from_play({"nodewright_rollout_desired": bad}, "a")
+        assert run_context.names() == []
 
 
 def test_a_resource_that_could_not_be_rolled_out_ends_the_run_non_zero(rollout, capsys):
     cli = rollout.ResourcesCli(parse(["--resources", "-i", "inv.yml"]))
-    desired = {"blocked": [{"name": "orphan", "reason": "DeploymentPolicy 'gone' does not exist"}]}
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import RunPlan
+    desired = RunPlan(blocked=[{"name": "orphan", "reason": "DeploymentPolicy 'gone' does not exist"}])
     assert cli.blocked_exit(desired, rollout.EXIT_OK) == rollout.EXIT_FAILED
     assert "1 NodeWright resource(s) could not be rolled out: orphan: DeploymentPolicy 'gone' does not exist" \
         in capsys.readouterr().err
     # Nothing blocked, or the run already failed for another reason: the code stands.
-    assert cli.blocked_exit({"blocked": []}, rollout.EXIT_OK) == rollout.EXIT_OK
+    assert cli.blocked_exit(RunPlan(), rollout.EXIT_OK) == rollout.EXIT_OK
     assert cli.blocked_exit(desired, rollout.EXIT_FAILED) == rollout.EXIT_FAILED

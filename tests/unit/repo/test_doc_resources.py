@@ -89,8 +89,8 @@ def test_a_resource_of_the_docs_validates_and_plans(where, obj):
         return
     validate_nodewright(resource)
     described = desired_state.describe(resource, profile_nodes("all-gpus"), policies(), PACKAGES)
-    assert described["targets"], "%s targets no node of the all-gpus fleet" % where
+    assert described.targets, "%s targets no node of the all-gpus fleet" % where
     names = sorted(resource["spec"]["packages"])
-    for node in described["targets"]:
-        actions = described["nodes"][node]["actions"]
+    for node in described.targets:
+        actions = described.nodes[node].actions
         assert sorted(actions) == names and set(actions.values()) == {"apply"}, (where, node, actions)

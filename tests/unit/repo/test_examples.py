@@ -45,10 +45,10 @@ def profile_nodes(profile):
 def kernel_parameters(described, node):
     """The sysctl values a resource's packages write on a node."""
     values = {}
-    for spec in described["packages"]:
+    for spec in described.packages:
         if spec["name"] == "sysctl":
             values.update({k: str(v) for k, v in (spec.get("config") or {}).items()})
-    for setting in (described["nodes"][node].get("nvidia_tuning") or {}).get("settings", []):
+    for setting in (described.nodes[node].resolved.get("nvidia_tuning") or {}).get("settings", []):
         if setting["id"].startswith("sysctl:"):
             values[setting["id"][len("sysctl:"):]] = str(setting["value"])
     return values
@@ -59,22 +59,22 @@ def test_no_node_gets_two_values_for_one_parameter(profile):
     resources, policies = examples()
     nodes = profile_nodes(profile)
     described = [desired_state.describe(r, nodes, policies, PACKAGES) for r in resources]
-    assert all(d["targets"] for d in described if profile != "bare" or d["name"] != "nvidia-tuning-gb200")
+    assert all(d.targets for d in described if profile != "bare" or d.name != "nvidia-tuning-gb200")
     for node in (n["metadata"]["name"] for n in nodes):
         seen = {}
         for d in described:
-            if node not in d["targets"]:
+            if node not in d.targets:
                 continue
             for key, value in kernel_parameters(d, node).items():
-                other = seen.setdefault(key, (d["name"], value))
+                other = seen.setdefault(key, (d.name, value))
                 assert other[1] == value, "%s: %s wants %s = %s, %s wants %s" % (
-                    node, other[0], key, other[1], d["name"], value)
+                    node, other[0], key, other[1], d.name, value)
 
 
 def test_the_mixed_fleet_is_split_between_the_two_resources():
     resources, policies = examples()
     nodes = profile_nodes("mixed")
-    targets = {r["metadata"]["name"]: desired_state.describe(r, nodes, policies, PACKAGES)["targets"]
+    targets = {r["metadata"]["name"]: desired_state.describe(r, nodes, policies, PACKAGES).targets
                for r in resources}
     assert sorted(targets) == ["gpu-host-tuning", "nvidia-tuning-gb200"]
     assert len(targets["nvidia-tuning-gb200"]) == 6 and all(n.startswith("gb200") for n in targets["nvidia-tuning-gb200"])

@@ -11,6 +11,7 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.action.maintain import DEFAULTS, DRAIN_KEYS, ActionModule
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import resources
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan
 from ansible_collections.nodewright.fleet.plugins.modules import maintain as maintain_module
 from ansible_collections.nodewright.fleet.plugins.modules import node_drain
 
@@ -57,15 +58,15 @@ def test_a_drain_setting_comes_from_the_task_then_the_play_then_the_resource(act
     drain_option = resources.DRAIN_OPTIONS[field]
     option = DRAIN_KEYS[drain_option]
     from_resource, other = SAMPLES[field]
-    entry = {"drain": resources.drain_options({field: _as_config(field, from_resource)})}
-    assert entry["drain"] == {drain_option: from_resource}
+    entry = ResourcePlan("r", None, drain=resources.drain_options({field: _as_config(field, from_resource)}))
+    assert entry.drain == {drain_option: from_resource}
     task_vars = {"safe_update_" + option: other}
     action._args = {option: other}
     assert action._setting(option, task_vars, entry) == other
     action._args = {}
     assert action._setting(option, task_vars, entry) == other
     assert action._setting(option, {}, entry) == from_resource
-    assert action._setting(option, {}, {"drain": {}}) == DEFAULTS[option]
+    assert action._setting(option, {}, ResourcePlan("r", None)) == DEFAULTS[option]
     assert action._setting(option, {}, None) == DEFAULTS[option]
     # A variable that is null (the role's default for the grace period) does not hide the resource's.
     assert action._setting(option, {"safe_update_" + option: None}, entry) == from_resource

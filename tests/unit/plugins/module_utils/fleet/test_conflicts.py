@@ -36,13 +36,13 @@ def test_a_conflict_blocks_both_resources_naming_the_setting_values_and_nodes():
     described = desired_state.describe_all(
         [sysctl_resource("first", "a", "262144"), sysctl_resource("second", "a", "1048576", priority=100)],
         NODES, {}, PACKAGES)
-    (found,) = described["conflicts"]
+    (found,) = described.conflicts
     # Named in priority order (lower value first), the order a node would get them in.
     assert found["resources"] == ["second", "first"] and found["nodes"] == ["a1", "a2"]
     assert found["setting"] == "sysctl:vm.max_map_count"
     assert found["values"] == {"first": "262144", "second": "1048576"}
-    assert described["rollouts"] == [] and described["waves"] == []
-    blocked = {b["name"]: b for b in described["blocked"]}
+    assert described.rollouts == [] and described.waves == []
+    blocked = {b["name"]: b for b in described.blocked}
     assert set(blocked) == {"first", "second"} and all(b["conflict"] for b in blocked.values())
     assert "both set sysctl vm.max_map_count on 2 node(s) (a1, a2)" in blocked["first"]["reason"]
     assert "'1048576' (second) and '262144' (first)" in blocked["first"]["reason"]
@@ -55,21 +55,21 @@ def test_equal_values_or_disjoint_nodes_do_not_conflict():
     disjoint = desired_state.describe_all(
         [sysctl_resource("first", "a", "262144"), sysctl_resource("second", "b", "1048576")], NODES, {}, PACKAGES)
     for described in (same, disjoint):
-        assert described["conflicts"] == [] and described["blocked"] == []
-        assert {r["name"] for r in described["rollouts"]} == {"first", "second"}
+        assert described.conflicts == [] and described.blocked == []
+        assert {r.name for r in described.rollouts} == {"first", "second"}
 
 
 def test_a_run_of_one_resource_is_not_stopped_by_a_conflict_between_two_others():
     resources = [sysctl_resource("first", "a", "262144"), sysctl_resource("second", "a", "1048576"),
                  sysctl_resource("third", "b", "65530")]
     described = desired_state.describe_all(resources, NODES, {}, PACKAGES, only="third")
-    assert described["conflicts"] == [] and described["blocked"] == []
-    assert [r["name"] for r in described["rollouts"]] == ["third"]
+    assert described.conflicts == [] and described.blocked == []
+    assert [r.name for r in described.rollouts] == ["third"]
     # A run of one of the two still stops, naming the other.
     described = desired_state.describe_all(resources, NODES, {}, PACKAGES, only="first")
-    (found,) = described["conflicts"]
+    (found,) = described.conflicts
     assert found["resources"] == ["first", "second"]
-    assert [b["name"] for b in described["blocked"]] == ["first"]
+    assert [b["name"] for b in described.blocked] == ["first"]
 
 
 def test_every_conflict_is_found_and_named_in_words():

@@ -78,11 +78,11 @@ def test_a_missing_expected_key_names_the_resource_field():
 def test_a_node_whose_state_cannot_be_read_is_left_out_and_named():
     nodes = [node("n1"), node("n2", annotations={markers.state_annotation("tuning"): "{hand edited"})]
     described = describe(nodewright(), nodes)
-    assert described["work"] == ["n1"]
-    (bad,) = described["malformed"]
+    assert described.work == ["n1"]
+    (bad,) = described.malformed
     assert (bad["node"], bad["resource"]) == ("n2", "tuning")
     assert "is malformed" in bad["message"] and "nodewright reset n2 --resource tuning" in bad["message"]
-    assert described["nodes"]["n2"]["actions"] == {}
+    assert described.nodes["n2"].actions == {}
 
 
 def test_uninstall_apply_plans_the_uninstall_everywhere():
@@ -90,11 +90,10 @@ def test_uninstall_apply_plans_the_uninstall_everywhere():
                                 "uninstall": {"enabled": True, "apply": True}}}
     nodes = [node("n1", annotations={markers.state_annotation("tuning"): complete_state()}), node("n2")]
     described = describe(nodewright(packages=packages), nodes)
-    assert described["packages"][0]["state"] == "absent"
-    assert described["nodes"]["n1"]["actions"] == {"shellscript": "uninstall"}
-    assert described["nodes"]["n2"]["actions"] == {"shellscript": "none"}
-    assert described["work"] == ["n1"]
-    assert described["uninstall"] == {"enabled": ["shellscript"], "apply": ["shellscript"]}
+    assert described.packages[0]["state"] == "absent"
+    assert described.nodes["n1"].actions == {"shellscript": "uninstall"}
+    assert described.nodes["n2"].actions == {"shellscript": "none"}
+    assert described.work == ["n1"] and described.uninstalling == ["n1"]
 
 
 def test_the_driver_gets_stage_timeouts_drain_options_and_the_parity_settings():
@@ -103,19 +102,19 @@ def test_the_driver_gets_stage_timeouts_drain_options_and_the_parity_settings():
     resource = nodewright(packages=packages, stageTimeout="1h", sequencing="all", reapplyOnReboot=True,
                           drainConfig={"timeout": "20m", "gracePeriod": "30s", "force": True})
     described = describe(resource, [node("n1")])
-    timeouts = {p["name"]: p.get("stage_timeout") for p in described["packages"]}
+    timeouts = {p["name"]: p.get("stage_timeout") for p in described.packages}
     assert timeouts == {"shellscript": 600, "sysctl": 3600}
-    assert described["stage_timeout"] == 3600
-    assert described["drain"] == {"timeout": 1200, "grace_period": 30, "force": True}
-    assert (described["sequencing"], described["reapply_on_reboot"]) == ("all", True)
-    assert described["deleting"] is False and described["recorded"] == []
+    assert described.stage_timeout == 3600
+    assert described.drain == {"timeout": 1200, "grace_period": 30, "force": True}
+    assert (described.sequencing, described.reapply_on_reboot) == ("all", True)
+    assert described.deleting is False and described.recorded == []
 
 
 def test_a_deleted_resource_has_no_rollout_work():
     nodes = [node("n1"), node("n2", annotations={markers.state_annotation("tuning"): complete_state()})]
     described = describe(nodewright(deleting=True), nodes)
-    assert described["deleting"] and described["work"] == []
-    assert described["recorded"] == ["n2"]
+    assert described.deleting and described.work == []
+    assert described.recorded == ["n2"]
 
 
 def test_sequencing_all_holds_later_priorities_until_complete_everywhere():
@@ -124,33 +123,33 @@ def test_sequencing_all_holds_later_priorities_until_complete_everywhere():
     same = describe(nodewright("same", priority=10), nodes)
     later = describe(nodewright("later", priority=20), nodes)
     desired_state.apply_sequencing([first, same, later])
-    assert first["work"] == ["n2"] and same["work"] == ["n1", "n2"], "the same priority is not held"
-    assert later["work"] == [] and later["held_by"] == "first"
-    assert "waiting for first (priority 10, sequencing: all) to complete on every node" in later["held"]
-    assert "1 of 2 still to do" in later["held"]
+    assert first.work == ["n2"] and same.work == ["n1", "n2"], "the same priority is not held"
+    assert later.work == [] and later.held_by == "first"
+    assert "waiting for first (priority 10, sequencing: all) to complete on every node" in later.held
+    assert "1 of 2 still to do" in later.held
 
     done = [node(n, annotations={markers.state_annotation("first"): complete_state()}) for n in ("n1", "n2")]
     first = describe(nodewright("first", priority=10, sequencing="all"), done)
     later = describe(nodewright("later", priority=20), done)
     desired_state.apply_sequencing([first, later])
-    assert later["work"] == ["n1", "n2"] and "held" not in later
+    assert later.work == ["n1", "n2"] and later.held is None
 
     node_sequencing = describe(nodewright("first", priority=10), nodes)
     later = describe(nodewright("later", priority=20), nodes)
     desired_state.apply_sequencing([node_sequencing, later])
-    assert later["work"] == ["n1", "n2"], "sequencing: node holds nothing"
+    assert later.work == ["n1", "n2"], "sequencing: node holds nothing"
 
 
 def test_node_order_is_sticky_across_runs():
     nodes = [node("old", "2026-01-01T00:00:00Z"), node("mid", "2026-01-02T00:00:00Z"),
              node("new", "2026-01-03T00:00:00Z")]
-    assert describe(nodewright(), nodes)["targets"] == ["old", "mid", "new"]
+    assert describe(nodewright(), nodes).targets == ["old", "mid", "new"]
     status = {"nodePriority": {"new": "2026-01-05T00:00:00Z", "mid": "2026-01-04T00:00:00Z"}}
     described = describe(nodewright(status=status), nodes)
-    assert described["targets"] == ["mid", "new", "old"], "the nodes under way keep their place"
+    assert described.targets == ["mid", "new", "old"], "the nodes under way keep their place"
     # The waves a run makes (describe_all's dry run) keep that order too.
     planned = desired_state.describe_all([nodewright(status=status)], nodes, {}, PACKAGES)
-    first_wave = planned["rollouts"][0]["waves"]["waves"][0]["nodes"]
+    first_wave = planned.rollouts[0].waves["waves"][0]["nodes"]
     assert first_wave[0] == "mid"
 
 
@@ -175,7 +174,7 @@ def test_the_status_records_node_priority_ready_and_non_interrupt_pods():
 
 def test_has_work_judges_a_node_from_its_markers_as_they_are_now():
     # What a job slice asks of a node another slice rolls out: new, finished, mid-sequence.
-    specs = describe(nodewright(), [node("n1")])["packages"]
+    specs = describe(nodewright(), [node("n1")]).packages
     done = {markers.status_label("tuning"): markers.STATUS_COMPLETE}
     fresh = node("n1")
     finished = node("n1", labels=done, annotations={markers.state_annotation("tuning"): complete_state()})
@@ -191,10 +190,10 @@ def test_additional_tolerations_reach_the_validation_job_of_each_node():
     taint = {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoExecute",
              "tolerationSeconds": 60}
     described = describe(nodewright(additionalTolerations=[taint]), [node("n1")])
-    assert described["tolerations"] == [taint]
-    assert describe(nodewright(), [node("n1")])["tolerations"] == []
+    assert described.tolerations == [taint]
+    assert describe(nodewright(), [node("n1")]).tolerations == []
     job = node_waits.validation_job_manifest("n1", {"template": {"spec": {"containers": []}}}, 0,
-                                             described["tolerations"])
+                                             described.tolerations)
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeName"] == "n1" and taint in pod["tolerations"]
     # the cordon and the runtime-required taint are tolerated with or without it

@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import NodePlan, ResourcePlan
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gating
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import config_hashes
@@ -122,9 +123,10 @@ def test_reapply_after_a_reboot_only_when_asked_and_the_boot_changed(reapply, re
 
 
 def described_for(node_name, runtime=True, reapply=True, after_reboot=True, work=True):
-    return {"name": "tuning", "runtime_required": runtime, "reapply_on_reboot": reapply,
-            "work": [node_name] if work else [],
-            "nodes": {node_name: {"packages": [{"name": "pkg", "action": "rerun", "after_reboot": after_reboot}]}}}
+    return ResourcePlan("tuning", None, runtime_required=runtime, reapply_on_reboot=reapply,
+                        work=[node_name] if work else [],
+                        nodes={node_name: NodePlan(packages=[{"name": "pkg", "action": "rerun",
+                                                              "after_reboot": after_reboot}])})
 
 
 @pytest.mark.parametrize("described,tainted,retaint", [

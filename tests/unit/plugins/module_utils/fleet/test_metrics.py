@@ -13,6 +13,8 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import metrics as m
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
 
 pytestmark = pytest.mark.unit
 
@@ -74,8 +76,9 @@ def test_resource_metrics_count_nodes_packages_and_compartments():
     bad = {"tuning": {"name": "tuning", "version": "1.0.0", "stage": "apply", "state": "erroring"}}
     nodes = [_node("n1", "r", "complete", pkg), _node("n2", "r", "complete", pkg), _node("n3", "r", "erroring", bad),
              _node("n4", "r", "complete", pkg, raw="{broken")]
-    described = {"name": "r", "targets": ["n1", "n2", "n3", "n4"],
-                 "policy": {"default": {"budget": {"count": 2}, "strategy": {"fixed": {"initialBatch": 1}}}}}
+    described = ResourcePlan("r", parse_policy({"default": {"budget": {"count": 2},
+                                                            "strategy": {"fixed": {"initialBatch": 1}}}}),
+                             targets=["n1", "n2", "n3", "n4"])
     found = m.resource_metrics(m.MetricSet(), described, nodes, status="erroring")
     parsed = m.parse(found.render())
 
@@ -98,7 +101,7 @@ def test_resource_metrics_count_nodes_packages_and_compartments():
 
 
 def test_recorded_compartment_statuses_win():
-    described = {"name": "r", "targets": [], "policy": {}}
+    described = ResourcePlan("r", parse_policy({"default": {"budget": {"count": 1}}}))
     resource = {"status": {"compartmentStatuses": {"h100": {"matched": 5, "ceiling": 1, "inProgress": 1,
                                                             "completed": 2, "progressPercent": 40,
                                                             "batchState": {"currentBatch": 3, "shouldStop": True}}}}}

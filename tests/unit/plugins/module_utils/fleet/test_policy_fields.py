@@ -137,11 +137,11 @@ def test_deployment_policy_options_of_a_resource_override_its_policy():
     DeploymentPolicy: with false, the batch state survives a completed rollout."""
     policies = {"waves": {"spec": {"default": {"budget": {"percent": 100}, "strategy": {"linear": {}}}}}}
     resource = {"spec": {"deploymentPolicy": "waves"}}
-    pol = parse_policy(policy_for(resource, policies))
+    pol = policy_for(resource, policies)
     _sizes, decision, state = roll(pol, make_nodes(3))
     assert decision.status == COMPLETE and state.batches == {}
     resource["spec"]["deploymentPolicyOptions"] = {"resetBatchStateOnCompletion": False}
-    pol = parse_policy(policy_for(resource, policies))
+    pol = policy_for(resource, policies)
     _sizes, decision, state = roll(pol, make_nodes(3))
     assert decision.status == COMPLETE and state.batches[DEFAULT_COMPARTMENT].last_batch_size == 2
 
@@ -154,4 +154,4 @@ def test_deployment_policy_options_of_a_resource_override_its_policy():
 ])
 def test_the_interruption_budget_of_a_resource_without_a_policy_is_its_wave_size(budget, sizes):
     spec = {"interruptionBudget": budget} if budget else {}
-    assert roll(parse_policy(policy_for({"spec": spec}, {})), make_nodes(8))[0] == sizes
+    assert roll(policy_for({"spec": spec}, {}), make_nodes(8))[0] == sizes

@@ -8,6 +8,10 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan, RunPlan
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
+
+POLICY = parse_policy({"default": {"budget": {"count": 1}}})
 
 pytestmark = pytest.mark.unit
 
@@ -26,36 +30,38 @@ def test_nothing_published():
     assert run_context.setting("x", 3) == 3
 
 
-def test_publish_keeps_named_mappings_only():
-    a, b = {"name": "a", "packages": {}}, {"name": "b"}
-    run_context.publish([b, a, {"name": ""}, {"packages": {}}, "c", None], {"runtime_required": True})
+def _plan(*entries):
+    return RunPlan(rollouts=[ResourcePlan(name, POLICY, runtime_required=required) for name, required in entries])
+
+
+def test_publish_makes_each_resource_plan_findable_by_name():
+    run_context.publish(_plan(("b", False), ("a", True)))
     assert run_context.names() == ["a", "b"]
-    assert run_context.resource("a") is a
+    assert run_context.resource("a").name == "a" and run_context.resource("a").runtime_required
     assert run_context.resource("c") is None
     assert run_context.setting("runtime_required") is True
 
 
+def test_runtime_required_is_set_when_any_resource_asks_for_it():
+    run_context.publish(_plan(("a", False), ("b", False)))
+    assert run_context.setting("runtime_required") is False
+
+
 def test_a_later_publish_replaces_everything():
-    run_context.publish([{"name": "a"}], {"x": 1})
-    run_context.publish([{"name": "b"}])
+    run_context.publish(_plan(("a", True)))
+    run_context.publish(_plan(("b", False)))
     assert run_context.names() == ["b"]
     assert run_context.resource("a") is None
-    assert run_context.setting("x") is None
+    assert run_context.setting("runtime_required") is False
 
 
-def test_the_last_entry_of_a_name_wins():
-    run_context.publish([{"name": "a", "n": 1}, {"name": "a", "n": 2}])
-    assert run_context.resource("a") == {"name": "a", "n": 2}
-
-
-@pytest.mark.parametrize("rollouts", [None, (), []])
-def test_publish_nothing(rollouts):
-    run_context.publish([{"name": "a"}], {"x": 1})
-    run_context.publish(rollouts, None)
-    assert run_context.names() == [] and run_context.setting("x") is None
+def test_publish_nothing():
+    run_context.publish(_plan(("a", True)))
+    run_context.publish(RunPlan())
+    assert run_context.names() == [] and run_context.setting("runtime_required") is False
 
 
 def test_clear():
-    run_context.publish([{"name": "a"}], {"x": 1})
+    run_context.publish(_plan(("a", True)))
     run_context.clear()
-    assert run_context.names() == [] and run_context.setting("x") is None
+    assert run_context.names() == [] and run_context.setting("runtime_required") is None

@@ -15,6 +15,7 @@ import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_state import apply_sequencing
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
@@ -124,21 +125,21 @@ def test_a_repaired_state_is_found_and_its_mark_re_evaluated(n, repaired):
 
 
 def test_a_resource_held_by_sequencing_all_keeps_its_work_as_held_work():
-    first = {"name": "first", "priority": 1, "sequencing": "all", "work": ["a"], "targets": ["a"]}
-    later = {"name": "later", "priority": 2, "work": ["a"], "targets": ["a"]}
-    idle = {"name": "idle", "priority": 3, "work": [], "targets": ["a"]}
+    first = ResourcePlan("first", None, priority=1, sequencing="all", work=["a"], targets=["a"])
+    later = ResourcePlan("later", None, priority=2, work=["a"], targets=["a"])
+    idle = ResourcePlan("idle", None, priority=3, work=[], targets=["a"])
     apply_sequencing([first, later, idle])
-    assert later["work"] == [] and later["held_work"] == ["a"] and "waiting for first" in later["held"]
-    assert idle["held_work"] == []
+    assert later.work == [] and later.held_work == ["a"] and "waiting for first" in later.held
+    assert idle.held_work == []
 
 
 def test_the_strategy_status_writer_says_waiting_and_uninstalling():
     from types import SimpleNamespace
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import status_writer
 
-    def res(data, work):
-        return SimpleNamespace(name="r", targets=["a"], data=data, eligible=None, open_work=lambda: set(work),
-                               state=SimpleNamespace(succeeded=set()))
+    def res(plan, work):
+        return SimpleNamespace(name="r", targets=["a"], plan=ResourcePlan("r", None, **plan), eligible=None,
+                               open_work=lambda: set(work), state=SimpleNamespace(succeeded=set()))
     write = status_writer(None)
     held = write(res({"held": "waiting for first", "held_work": ["a"]}, []), [node("a")], {}, None, None)
     assert (held["status"], held["message"]) == ("waiting", "waiting for first")

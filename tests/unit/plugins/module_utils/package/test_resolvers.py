@@ -65,13 +65,13 @@ def test_a_tuning_package_is_resolved_whatever_the_resource_calls_it(given_name)
     resource["spec"]["packages"][given_name] = package
     nodes = gb200_nodes()
     described = desired_state.describe(resource, nodes, policies, [PACKAGES])
-    spec = next(s for s in described["packages"] if s["name"] == given_name)
+    spec = next(s for s in described.packages if s["name"] == given_name)
     assert any(k.startswith("resolved.") for k in spec["config"]), sorted(spec["config"])
     for node in ("gb200-0000", "gb200-0001"):
-        summary = described["nodes"][node]["nvidia_tuning"]
+        summary = described.nodes[node].resolved["nvidia_tuning"]
         assert summary["settings"], summary
         # The resolved settings are what conflict detection compares per node.
-        assert conflicts.node_settings(described["nodes"][node])
+        assert conflicts.node_settings(described.nodes[node].resolved)
 
 
 def test_a_package_without_a_resolver_passes_unchanged():

@@ -209,7 +209,8 @@ def test_the_plan_shows_each_nodes_settings():
     policy = yaml.safe_load(open(os.path.join(REPO, "deploy", "examples", "deploymentpolicy-gpu-canary.yaml")))
     nodes = [{"metadata": {"name": n["name"], "labels": dict(n["labels"]), "creationTimestamp": "2026-01-01T00:00:00Z"},
               "status": {"nodeInfo": {"osImage": n["os_image"]}}} for n in (GB200, H100)]
-    plan = desired_state.describe(resource, nodes, {"gpu-canary": policy}, [os.path.join(REPO, "packages")])
+    # As the playbooks read it: the serialized plan.
+    plan = desired_state.describe(resource, nodes, {"gpu-canary": policy}, [os.path.join(REPO, "packages")]).to_dict()
     assert plan["targets"] == ["gb200-0000"]
     node = plan["nodes"]["gb200-0000"]
     assert node["actions"] == {"nvidia-tuning": "apply"} and node["interrupt"]["type"] == "reboot"

@@ -254,7 +254,10 @@ def test_node_facts_carry_the_memory_and_the_gpu_operators_label():
 
 
 def test_the_reconciler_finds_the_nodes_that_booted_again_since_their_settings_were_applied():
+    import dataclasses
+
     from nodewright_cli.reconcile_work import rebooted_since_applied
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan
 
     spec, _ = package_spec_for_nodes({"name": PACKAGE_NAME, "config": {"accelerator": "h100", "os": "cos"}}, [])
 
@@ -265,10 +268,9 @@ def test_the_reconciler_finds_the_nodes_that_booted_again_since_their_settings_w
 
     nodes = [node("a", "b1"), node("b", "b2"), node("c", "b9", status="in_progress"), node("d", "b4")]
     resource = {"metadata": {"name": "cos"}, "status": {"nodeBootIds": {"a": "b1", "b": "b1", "c": "b1"}}}
-    described = {"name": "cos", "paused": False, "disabled": False, "targets": ["a", "b", "c", "d"],
-                 "packages": [spec]}
+    described = ResourcePlan("cos", None, targets=["a", "b", "c", "d"], packages=[spec])
     assert rebooted_since_applied({"rollouts": [(resource, described)]}, nodes) == {"b": ["cos"]}
-    ubuntu = dict(described, packages=[{"name": "sysctl", "config": {}}])
+    ubuntu = dataclasses.replace(described, packages=[{"name": "sysctl", "config": {}}])
     assert rebooted_since_applied({"rollouts": [(resource, ubuntu)]}, nodes) == {}
-    paused = dict(described, paused=True)
+    paused = dataclasses.replace(described, paused=True)
     assert rebooted_since_applied({"rollouts": [(resource, paused)]}, nodes) == {}
