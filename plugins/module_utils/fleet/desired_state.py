@@ -372,8 +372,8 @@ def policy_for(resource, policies):
 
 
 def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, env_lookup=None):
-    """Everything a rollout of one resource needs, validated; raises on bad input.
-    The keys are listed in this module's docstring; ``waves`` is filled in by
+    """Everything a rollout of one resource needs, validated, as a ``plan.ResourcePlan``
+    (its fields are listed there); raises on bad input. ``waves`` is filled in by
     ``describe_all``: the waves of a run of every resource together, which is what a
     rollout makes."""
     original = resource
