@@ -51,6 +51,8 @@ PROFILES = {
 
 # Pools whose hosts have InfiniBand and MLNX_OFED (a peer-memory provider for
 # nvidia_peermem); the others network over Ethernet with the inbox drivers.
+# Up to this many nodes are created one after the other (in index order), more in parallel.
+SERIAL_CREATE = 64
 INFINIBAND = ("h100", "h200", "b200", "b300", "gb200", "gb300")
 
 # The GPU Operator schedules its driver DaemonSet on nodes with this label.
@@ -225,7 +227,7 @@ class Fleet(object):
         # Nodes of one pool boot to the same state: one template is booted, then copied per node.
         template = self.template(facts(hostroot.TEMPLATE_NAME)) if host_roots and count else None
 
-        def make(index):
+        def prepare(index):
             name = "%s-%04d" % (pool, index)
             root = None
             if host_roots:
@@ -242,17 +244,25 @@ class Fleet(object):
                 body["metadata"]["labels"]["cloud.google.com/gke-os-distribution"] = "cos"
             if taints:
                 body["spec"]["taints"] = [dict(t) for t in taints]
+            return body
+
+        def create(body):
             # The response is not read into the client's models: at fleet size that costs
             # more than the request itself.
             resp = self.core.create_node(body, _preload_content=False)
             resp.read()
             resp.release_conn()
-            return name
+            return body["metadata"]["name"]
 
         if gpu_operator_driver:
             self.ensure_gpu_operator_driver()
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool_exec:
-            return list(pool_exec.map(make, indices))
+            bodies = list(pool_exec.map(prepare, indices))
+            if count <= SERIAL_CREATE:
+                # A small fleet joins in index order, so its creationTimestamps (whole seconds)
+                # never put a later index first: the batch order is the same in every simulator.
+                return [create(body) for body in bodies]
+            return list(pool_exec.map(create, bodies))
 
     def template(self, node):
         """The booted template host root of nodes with these facts (one per simulator

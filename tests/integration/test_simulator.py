@@ -167,6 +167,19 @@ def test_fleet_labels_follow_gpu_feature_discovery(sim):
     assert h.status.allocatable["nvidia.com/gpu"] == "8"
 
 
+def test_a_small_pool_joins_in_index_order(sim):
+    """Nodes of a small pool are created one after the other, so that no later index is
+    older: a rollout orders its batch by creationTimestamp then name, and two simulators
+    of the same fleet give it the same order."""
+    names = sim.add_nodes("h200", 4, host_roots=False)
+    try:
+        created = [sim.core.read_node(n).metadata.creation_timestamp for n in names]
+        assert names == sorted(names) and created == sorted(created), list(zip(names, created))
+    finally:
+        for name in names:
+            sim.core.delete_node(name)
+
+
 # --- lifecycle and bad input ------------------------------------------------------
 
 def _processes_of(cluster_dir):
