@@ -48,8 +48,7 @@ sys.path.insert(0, HERE)
 
 import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
-from nodewright_sim.cluster import Cluster  # noqa: E402
-from nodewright_sim.fleet import Fleet, create_fleet  # noqa: E402
+from scale_bench import fresh_fleet  # noqa: E402
 
 GROUP, VERSION = "nodewright.io", "v1alpha1"
 VENV_BIN = os.path.dirname(sys.executable)
@@ -70,14 +69,7 @@ def durations(names, seed):
 
 
 def make_fleet(name, nodes):
-    cluster = Cluster(name)
-    if cluster.running():
-        cluster.down()
-    cluster.up(fleet_size=nodes)
-    create_fleet(cluster, "bare", nodes=0)
-    fleet = Fleet(cluster)
-    names = fleet.add_nodes("h100", nodes)
-    fleet.wait_ready(len(names), timeout=900)
+    cluster, fleet, names = fresh_fleet(name, [("h100", nodes)])
     subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), os.path.join(REPO, "playbooks", "install_crds.yml")],
                    check=True, capture_output=True,
                    env=dict(os.environ, KUBECONFIG=cluster.kubeconfig,

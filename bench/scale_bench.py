@@ -97,16 +97,22 @@ def measure(cmd, env, log_path):
     return proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak[0], peak[1]
 
 
-def make_fleet(name, nodes, batch):
+def fresh_fleet(name, pools):
+    """A fresh simulator ``name`` with ``pools`` (``[(pool, count)]``) of nodes with host
+    roots, all Ready: ``(cluster, fleet, node names)``."""
     cluster = Cluster(name)
     if cluster.running():
         cluster.down()
-    cluster.up(fleet_size=nodes)
+    cluster.up(fleet_size=sum(count for _pool, count in pools))
     create_fleet(cluster, "bare", nodes=0)
     fleet = Fleet(cluster)
-    half = nodes // 2
-    names = fleet.add_nodes("h100", half) + fleet.add_nodes("b200", nodes - half)
+    names = [n for pool, count in pools for n in fleet.add_nodes(pool, count)]
     fleet.wait_ready(len(names), timeout=900)
+    return cluster, fleet, names
+
+
+def make_fleet(name, nodes, batch):
+    cluster, fleet, names = fresh_fleet(name, [("h100", nodes // 2), ("b200", nodes - nodes // 2)])
     custom = install_bench_resources(cluster, fleet, batch, RESOURCE)
     return cluster, fleet, custom, names
 

@@ -262,10 +262,6 @@ class RunPlan:
                 return plan
         return None
 
-    @property
-    def rollable(self):
-        return [r for r in self.rollouts if r.rollable]
-
     def to_dict(self):
         return {"schema": SCHEMA_VERSION, "rollouts": [r.to_dict() for r in self.rollouts], "blocked": self.blocked,
                 "waves": self.waves, "conflicts": self.conflicts, "status": self.status, "reason": self.reason}
