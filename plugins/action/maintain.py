@@ -49,6 +49,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import gpu_health
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import ops as node_ops
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import maintenance as node_maintenance
 from ansible_collections.nodewright.fleet.plugins.module_utils.node.sequence import NodeHandle
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import retries as package_retries
 from ansible_collections.nodewright.fleet.plugins.module_utils.package import sources as package_sources
@@ -68,7 +69,7 @@ LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "ansible.legacy.local")
 DEFAULTS = {name: maintain_module.ARGUMENT_SPEC[name].get("default") for name in (
     "wait_timeout", "wait_give_up_after", "drain_timeout", "drain_force", "drain_delete_emptydir_data", "drain_grace_period",
     "drain_skip_namespaces", "drain_ignore_daemonsets", "drain_disable_eviction",
-    "reboot_timeout", "health_conditions", "health_labels", "health_timeout",
+    "maintenance_request", "reboot_timeout", "health_conditions", "health_labels", "health_timeout",
     "validation_job", "on_failure", "allow_controller_root")}
 # drainConfig of a resource (desired_state's "drain") -> option
 DRAIN_KEYS = {"timeout": "drain_timeout", "force": "drain_force", "delete_emptydir_data": "drain_delete_emptydir_data",
@@ -81,6 +82,7 @@ WAIT_KEYS = {"timeout": "wait_timeout", "give_up_after": "wait_give_up_after"}
 # What a step stands for in the run report (``step(..., action=)``): the module or action
 # whose task it is drawn as; a step that only reads or marks the node is node_state.
 CORDON, DRAIN, WAIT_PODS = "nodewright.fleet.node_cordon", "nodewright.fleet.node_drain", "nodewright.fleet.node_wait_pods"
+MAINTENANCE = "nodewright.fleet.node_maintenance"
 PACKAGE, WAIT_READY, HEALTH = "nodewright.fleet.package", "nodewright.fleet.node_wait_ready", "nodewright.fleet.node_health"
 GATE, REBOOT, COMMAND = "nodewright.fleet.node_gate", "ansible.builtin.reboot", "ansible.builtin.command"
 
@@ -458,6 +460,8 @@ class _Sequence(object):
 
     def take_out(self, why=None):
         self.took_out = True
+        if self.maintenance_options():
+            return self.request_maintenance()
         reason = why or "maintenance by NodeWright resource %s" % self.resource
         # Before an interrupt the plan did not foresee, the steps say so.
         cordon, wait, drain = (("Cordon the node before the interrupt", "Wait for non-interruptible pods before the "
@@ -475,6 +479,26 @@ class _Sequence(object):
             grace_period=self.opt["drain_grace_period"], skip_namespaces=self.opt["drain_skip_namespaces"] or [],
             non_interruptible_selector=self.selector or None, resource=self.resource), action=DRAIN)
         self.node.read()
+
+    def request_maintenance(self):
+        """Requestor mode: the maintenance-operator cordons, waits for the protected pods and drains."""
+        drain = {"force": _truthy(self.opt["drain_force"]), "timeout": self.opt["drain_timeout"],
+                 "delete_emptydir_data": _truthy(self.opt["drain_delete_emptydir_data"])}
+        pods = {"pod_selector": self.selector, "timeout": self.opt["wait_timeout"]} if self.selector else None
+        try:
+            self.step("Ask the maintenance-operator for the node's maintenance", lambda: self.module(
+                "node_maintenance", drain=drain, wait_for_pods=pods, **self.maintenance_options()), action=MAINTENANCE)
+        except StepFailed:
+            self.release_maintenance(wait=False)  # not made ready: nothing was done on the node
+            raise
+        self.node.read()
+
+    def maintenance_options(self):
+        return node_maintenance.settings(self.opt["maintenance_request"])
+
+    def release_maintenance(self, wait=True):
+        self.step("Release the node's maintenance request", lambda: self.module(
+            "node_maintenance", state="absent", wait=wait, **self.maintenance_options()), action=MAINTENANCE)
 
     def wait_for_protected_pods(self, step):
         """Wait for the non-interruptible pods; past the wait (or, over several runs, past the give-up
@@ -683,20 +707,7 @@ class _Sequence(object):
         def run(argv):
             out = self.action.host_command(argv, self.host_root)
             return out.get("rc"), (out.get("stdout") or "") + (out.get("stderr") or "")
-        query = run(gpu_health.QUERY)
-        nvlink = run(gpu_health.NVLINK) if query[0] == 0 else None
-        kernel_log, unchecked = gpu_health.read_kernel_log(run)
-        dcgm = None
-        if gate.get("dcgm_level") and run(gpu_health.HAS_DCGMI)[0] == 0:
-            dcgm = run(gpu_health.dcgm_diag(gate["dcgm_level"]))
-        failures = gpu_health.judge(gate, expected, query, nvlink, kernel_log, dcgm)
-        checked = "%d GPU(s)%s" % (expected, ", DCGM level %d" % gate["dcgm_level"] if dcgm is not None else "")
-        if failures:
-            return {"failed": True, "changed": False, "gpu_failures": failures,
-                    "msg": "node %s failed its GPU health gate: %s; it stays cordoned for triage"
-                           % (self.name, gpu_health.summary(failures))}
-        return {"changed": False, "msg": "GPU health gate passed (%s)%s" % (checked,
-                                                                            "; " + unchecked if unchecked else "")}
+        return gpu_health.check(run, gate, expected, self.name)
 
     def skip_in_check(self, fn):
         if self.check_mode:
@@ -712,7 +723,9 @@ class _Sequence(object):
                 timeout=self.opt["health_timeout"]), action=HEALTH)
             if self.entry and self.entry.gpu_health:
                 self.step("Check the GPUs before the node returns to work", self.gpu_check)
-            if self.before_cordon != "cordoned_by_other":
+            if self.maintenance_options():
+                self.release_maintenance()
+            elif self.before_cordon != "cordoned_by_other":
                 self.step("Uncordon the node (only NodeWright's own cordon)",
                           lambda: self.module("node_cordon", state="uncordoned"), action=CORDON)
             self.node.read()
@@ -746,8 +759,8 @@ class _Sequence(object):
         except StepFailed:
             pass
         cordoned = self.node.node is not None and bool((self.node.node.get("spec") or {}).get("unschedulable"))
-        given_back = False
-        if self.opt["on_failure"] == "uncordon" and self.before_cordon != "cordoned_by_other" and cordoned:
+        given_back, own = False, self.before_cordon != "cordoned_by_other" and not self.maintenance_options()
+        if self.opt["on_failure"] == "uncordon" and own and cordoned:
             try:
                 self.step("Give the node back to work despite the failure",
                           lambda: self.module("node_cordon", state="uncordoned"), action=CORDON)

@@ -128,6 +128,25 @@ options:
     type: list
     elements: str
     default: []
+  maintenance_request:
+    description:
+      - "Requestor mode of NVIDIA's maintenance-operator: instead of cordoning, waiting for non-interruptible pods
+        and draining itself, NodeWright asks the operator with a C(NodeMaintenance) (M(nodewright.fleet.node_maintenance))
+        that carries the drain options above and the non-interruptible selector, waits until the operator reports it
+        C(Ready), and deletes it once the node passed its health gates (the operator uncordons). A node the operator
+        did not make ready within O(maintenance_request.timeout) is marked erroring and its request withdrawn: nothing
+        was done on it. A node that fails later keeps its request, so the operator keeps it cordoned for triage."
+      - Falls back to the variable C(safe_update_maintenance_request), as the other options do.
+    type: dict
+    suboptions:
+      namespace:
+        description: Namespace of the C(NodeMaintenance) objects.
+        type: str
+        default: default
+      timeout:
+        description: Seconds to wait for the operator to make the request Ready, and for it to go once released.
+        type: int
+        default: 3600
   reboot_timeout:
     description: Seconds a reboot may take until the node is Ready again.
     type: int
@@ -251,6 +270,10 @@ ARGUMENT_SPEC = dict(
     drain_disable_eviction=dict(type="bool", default=False),
     drain_grace_period=dict(type="int"),
     drain_skip_namespaces=dict(type="list", elements="str", default=[]),
+    maintenance_request=dict(type="dict", options=dict(
+        namespace=dict(type="str", default="default"),
+        timeout=dict(type="int", default=3600),
+    )),
     reboot_timeout=dict(type="int", default=900),
     health_conditions=dict(type="list", elements="dict", default=[{"type": "Ready"}]),
     health_labels=dict(type="dict", default={}),

@@ -103,7 +103,8 @@ def run(module):
     status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
                             message=p["status_message"], generation=p["generation"], extra=p["extra"],
                             current=current.get("status"), pending=p["pending"], refused=p["refused"],
-                            conversion_warnings=conversion_warnings_of(current))
+                            conversion_warnings=conversion_warnings_of(current),
+                            live_generation=(current.get("metadata") or {}).get("generation"))
     old = current.get("status") or {}
     comparable = {k: v for k, v in status.items() if k != "conditions"}
     changed = any(old.get(k) != v for k, v in comparable.items() if v is not None) or \

@@ -35,6 +35,7 @@ STEP_BY_ACTION = {
     "node_cordon": "cordon",
     "node_wait_pods": "wait for pods",
     "node_drain": "drain",
+    "node_maintenance": "drain",
     "package": "packages",
     "node_wait_ready": "reboot",
     "reboot": "reboot",

@@ -33,8 +33,10 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import yaml
 from kubernetes.client.rest import ApiException
@@ -172,14 +174,17 @@ class Scenario(object):
         self.nodes.extend(names)
         return names
 
-    def add_services(self, node, *services):
+    def add_services(self, node, *services, start_seconds=0):
         """Systemd units on the node's host for services a scenario's interrupts restart
-        (upstream's test image only pretends to restart them; here the node does)."""
+        (upstream's test image only pretends to restart them; here the node does).
+        ``start_seconds``: how long each takes to start (a slow service keeps the node in
+        its interrupt, as upstream's interrupt pod sleeping does)."""
         where = os.path.join(self.sim.host_root(node), "etc", "systemd", "system")
         os.makedirs(where, exist_ok=True)
+        slow = "ExecStartPre=/bin/sleep %d\n" % start_seconds if start_seconds else ""
         for service in services:
             with open(os.path.join(where, service + ".service"), "w") as fh:
-                fh.write("[Unit]\nDescription=%s\n\n[Service]\nExecStart=/bin/true\n" % service)
+                fh.write("[Unit]\nDescription=%s\n\n[Service]\n%sExecStart=/bin/true\n" % (service, slow))
 
     def node(self, name):
         return self.sim.api.sanitize_for_serialization(self.sim.core.read_node(name))
@@ -351,6 +356,37 @@ class Scenario(object):
         """One pass of the reconciler over the scenario's nodes."""
         return self.nodewright("reconcile", "--once", "--inventory", self.inventory,
                                "--workdir", self.tmp / "work")
+
+    def reconcile_started(self):
+        """One pass of the reconciler, started and left running (a ``subprocess.Popen``)."""
+        return subprocess.Popen([sys.executable, "-m", "nodewright_cli", "reconcile", "--once", "--inventory",
+                                 self.inventory, "--workdir", str(self.tmp / "work")],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env(),
+                                cwd=str(self.tmp), start_new_session=True)
+
+    @staticmethod
+    def stop(proc):
+        """Stop a pass started with ``reconcile_started`` and its process group, then reap it."""
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+    @staticmethod
+    def eventually(check, timeout=240.0, every=0.1):
+        """``check()`` until it returns something true (upstream's assert timeout: 240 s); the
+        last value."""
+        deadline = time.monotonic() + timeout
+        value = check()
+        while not value and time.monotonic() < deadline:
+            time.sleep(every)
+            value = check()
+        return value
 
     def until_settled(self, resource, passes=4):
         """Reconciler passes until the resource is complete or erroring (at most ``passes``);

@@ -388,6 +388,58 @@ def test_uninstall_cancel(scenario):
     assert scenario.resource(name)["status"]["status"] == "complete"
 
 
+@scenario_named("uninstall-cancel-during-interrupt")
+def test_uninstall_cancel_during_interrupt(scenario):
+    """An uninstall whose interrupt has started cannot be called off: with the spec set back
+    to ``uninstall.apply: false`` mid-interrupt, the node stays at ``uninstall-interrupt``
+    and ``UninstallInProgress`` stays True until the cycle ends; then the package is
+    installed again and the condition goes. (Upstream's interrupt pod sleeps SLEEP_LEN to
+    widen the window; here the node restarts cron for real, and cron takes 8 s to start
+    while the uninstall runs.)"""
+    (node,) = scenario.add_nodes(1)
+    scenario.add_services(node, "cron")
+    (name,) = scenario.apply("skyhook.yaml")
+    proc = scenario.until_settled(name)
+    assert proc.returncode == 0 and complete(scenario, name), output(proc)
+    installed = {"mypkg|2.1.4": {"stage": "post-interrupt", "state": "complete"}}
+    assert scenario.node_packages(node, name) == installed
+
+    def in_uninstall_interrupt():
+        return scenario.node_packages(node, name) == {
+            "mypkg|2.1.4": {"stage": "uninstall-interrupt", "state": "in_progress"}}
+
+    def uninstalling():
+        cond = scenario.condition(name, "UninstallInProgress")
+        return cond is not None and (cond["status"], cond["reason"]) == ("True", "UninstallInProgress")
+
+    scenario.add_services(node, "cron", start_seconds=8)
+    scenario.apply("update-trigger-uninstall.yaml")
+    running = scenario.reconcile_started()
+    try:
+        assert scenario.eventually(in_uninstall_interrupt), scenario.node_packages(node, name)
+        assert uninstalling(), scenario.resource(name).get("status")
+        scenario.apply("update-cancel-uninstall.yaml")
+        assert in_uninstall_interrupt(), scenario.node_packages(node, name)
+        assert uninstalling(), scenario.resource(name).get("status")
+        scenario.add_services(node, "cron")
+        out, _ = running.communicate(timeout=600)
+    finally:
+        scenario.stop(running)
+    assert running.returncode == 0, out[-4000:]
+    assert "uninstall" in scenario.stages_run(node, name, "mypkg", version="2.1.4")
+    # The pass finished the uninstall it started, for a spec that has changed since: the
+    # resource is not complete for the spec it has now.
+    status = scenario.resource(name)["status"]
+    assert status["status"] == "waiting", status
+    assert scenario.condition(name, "Ready")["reason"] == "SpecChanged"
+    proc = scenario.until_settled(name)
+    assert proc.returncode == 0, output(proc)
+    assert scenario.node_packages(node, name) == installed
+    assert scenario.node_status(node, name) == "complete"
+    assert scenario.resource(name)["status"]["status"] == "complete"
+    assert scenario.condition(name, "UninstallInProgress") is None
+
+
 @scenario_named("simple-update-skyhook")
 def test_simple_update_skyhook(scenario):
     """Packages added by a merge patch (a prerelease and a calendar version among them)

@@ -164,6 +164,7 @@ def bad_inputs(n1):
         ("node_health", {"phase": "post", "timeout": 5}),
         ("node_gate", {"state": "present"}),
         ("node_wait_ready", {"timeout": 5}),
+        ("node_maintenance", {"timeout": 5}),
     ]
     for module, extra in modules:
         for label, value, problem in name_cases:

@@ -131,7 +131,7 @@ def test_reconciler_gets_exactly_the_documented_rules():
         ("nodewright.io", "nodewrights", ("get", "list", "patch", "watch")),
         ("nodewright.io", "nodewrights/status", ("get", "patch")),
         ("nodewright.io", "deploymentpolicies", ("get", "list", "watch")),
-        ("maintenance.nvidia.com", "nodemaintenances", ("list",)),
+        ("maintenance.nvidia.com", "nodemaintenances", ("create", "delete", "get", "list")),
     ])
     roles = by_kind(docs, "Role")
     assert roles["nw-nodewright-node-pods"]["metadata"]["namespace"] == "nodewright"

@@ -139,8 +139,11 @@ def list_node_maintenances(api):
     try:
         for page in list_pages(api, path, "list NodeMaintenances"):
             for obj in page:
-                node = (obj.get("spec") or {}).get("nodeName")
-                if node:
+                spec = obj.get("spec") or {}
+                node = spec.get("nodeName")
+                # NodeWright's own requests (requestor mode) are this product's work in progress:
+                # its reservations and node marks count them already.
+                if node and spec.get("requestorID") != markers.NODE_MAINTENANCE_REQUESTOR:
                     found.setdefault(node, []).append(maintenance_reason(obj))
     except ClusterError as exc:
         if (exc.details or {}).get("status") in (403, 404):

@@ -27,7 +27,10 @@ on its nodes.
 from __future__ import annotations
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import is_disabled, is_paused
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import CONDITION_UNINSTALL_IN_PROGRESS
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
+    CONDITION_UNINSTALL_IN_PROGRESS,
+    UNINSTALL_REASON,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import state as node_state
 
@@ -167,7 +170,7 @@ def deleting_condition(decision, failure=None):
 def uninstall_conditions(decision):
     """While a deleted resource's uninstall runs: ``UninstallInProgress`` (upstream's),
     and ``Ready`` False - set when the uninstall starts, not at the end of its run."""
-    return [{"type": CONDITION_UNINSTALL_IN_PROGRESS, "status": "True", "reason": "Uninstalling",
+    return [{"type": CONDITION_UNINSTALL_IN_PROGRESS, "status": "True", "reason": UNINSTALL_REASON,
              "message": decision["reason"]},
             {"type": "Ready", "status": "False", "reason": "Uninstalling", "message": decision["reason"]}]
 

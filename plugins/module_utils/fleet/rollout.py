@@ -14,6 +14,7 @@ controller's internals (running a wave as a ``linear`` pass over the admitted ho
 from __future__ import annotations
 
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import Hooks, ResourceRollout
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan, RunPlan
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import HALTED
@@ -22,6 +23,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves impor
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import (
     StateKeeper,
+    fetch_resource,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import (
     RolloutRecord,
@@ -239,5 +241,16 @@ def status_writer(auth):
         return compute_status(res.name, raw_nodes, res.targets, specs, override=override,
                               message=message, generation=plan.generation, current=current,
                               pending=pending, uninstalling=set(plan.uninstalling) & pending,
-                              refused=plan.refused, conversion_warnings=plan.recorded_conversion_warnings)
+                              refused=plan.refused, conversion_warnings=plan.recorded_conversion_warnings,
+                              live_generation=live_generation(plan))
+
+    def live_generation(plan):
+        """The resource's generation in the cluster now (a spec edited during the run leaves
+        the nodes complete for the old one), or None when it cannot be read."""
+        if plan.generation is None or not plan.from_cluster:
+            return None
+        try:
+            return (fetch_resource(plan.name, auth).get("metadata") or {}).get("generation")
+        except NodeWrightError:
+            return None
     return write

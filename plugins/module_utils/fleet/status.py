@@ -23,6 +23,10 @@ CONDITION_NON_INTERRUPT = markers.CONDITION_NON_INTERRUPT
 REASON_NON_INTERRUPT = markers.CONDITION_NON_INTERRUPT
 CONDITION_NODE_STATE_MALFORMED = "NodeStateMalformed"
 CONDITION_UNINSTALL_IN_PROGRESS = "UninstallInProgress"
+# Ready's reason when the nodes are complete for a spec that changed during the run.
+REASON_SPEC_CHANGED = "SpecChanged"
+# Upstream's reason for it too, which its users' alerts and scripts match on.
+UNINSTALL_REASON = "UninstallInProgress"
 
 
 def non_interrupt_message(waiting):
@@ -86,7 +90,7 @@ def lifecycle_conditions(malformed, uninstalling, ts):
                                "`nodewright reset NODE --resource NAME`" % (len(malformed), _names(malformed)),
                     "lastTransitionTime": ts})
     if uninstalling:
-        out.append({"type": CONDITION_UNINSTALL_IN_PROGRESS, "status": "True", "reason": "Uninstalling",
+        out.append({"type": CONDITION_UNINSTALL_IN_PROGRESS, "status": "True", "reason": UNINSTALL_REASON,
                     "message": "uninstalling on %d node(s): %s" % (len(uninstalling), _names(uninstalling)),
                     "lastTransitionTime": ts})
     return out
@@ -122,7 +126,7 @@ def _node_state(node, resource):
 
 def compute_status(resource, nodes, targets, packages, override=None, message=None, generation=None,
                    extra=None, now=None, current=None, pending=(), uninstalling=(), refused=(),
-                   conversion_warnings=()):
+                   conversion_warnings=(), live_generation=None):
     """A status object (for the status subresource) from the targeted nodes' markers.
 
     ``override`` forces the overall status (blocked, halted, paused, disabled) with
@@ -135,6 +139,10 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
     ``refused``: ``[{node, kind, message}]`` targets left alone (``desired_state.
     refused_nodes``); a node whose downgrade is refused is ``blocked``, and so is the
     resource unless a node is erroring; conditions ``DowngradeRefused``, ``RetryLimitReached``.
+    ``live_generation``: the resource's ``metadata.generation`` as the cluster has it now;
+    when the spec changed after ``generation`` was planned, the nodes are complete only for
+    the old spec, so the resource is ``waiting`` (Ready False, reason ``SpecChanged``), never
+    complete.
     """
     pending = set(pending)
     uninstalling = sorted(set(uninstalling) & set(targets))
@@ -195,6 +203,13 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
         overall = "in_progress" if complete else "unknown"
     if uninstalling and overall == "complete":
         overall = "in_progress"
+    spec_changed = (not override and overall == "complete" and isinstance(live_generation, int)
+                    and isinstance(generation, int) and live_generation > generation)
+    if spec_changed:
+        overall = "waiting"
+        message = message or ("the spec changed while this run rolled out generation %d (generation %d is in the "
+                              "cluster): the nodes are complete for the old spec; the next run rolls out the new one"
+                              % (generation, live_generation))
     if downgrades and not override and overall in ("complete", "in_progress", "unknown"):
         overall = "blocked"
     ts = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -214,7 +229,8 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
     pods_text = non_interrupt_message(waiting)
     blocked = overall in ("blocked", "halted")
     conditions = [
-        {"type": "Ready", "status": "True" if ready else "False", "reason": overall.title().replace("_", ""),
+        {"type": "Ready", "status": "True" if ready else "False",
+         "reason": REASON_SPEC_CHANGED if spec_changed else overall.title().replace("_", ""),
          "message": message, "lastTransitionTime": ts},
         {"type": "Blocked", "status": "True" if blocked or waiting else "False",
          "reason": overall.title().replace("_", "") if blocked or not waiting else REASON_NON_INTERRUPT,

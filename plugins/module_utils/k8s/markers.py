@@ -99,6 +99,10 @@ NVSENTINEL_QUARANTINE = "quarantineHealthEvent"
 # and node asks for the node's maintenance.
 NODE_MAINTENANCE_GROUP, NODE_MAINTENANCE_VERSION, NODE_MAINTENANCE_PLURAL = (
     "maintenance.nvidia.com", "v1alpha1", "nodemaintenances")
+# NodeWright's own requests (requestor mode, node/maintenance.py): its requestor ID, and
+# the name of its object for a node (<prefix>-<node>).
+NODE_MAINTENANCE_REQUESTOR = "nodewright.io"
+NODE_MAINTENANCE_NAME_PREFIX = "nodewright"
 
 # Upstream NodeWright's marks (NVIDIA's operator, formerly Skyhook: prefix nodewright.nvidia.com
 # from v0.18, skyhook.nvidia.com before). NodeWright recognises them where it recognises its own

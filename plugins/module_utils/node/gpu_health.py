@@ -176,3 +176,21 @@ def judge(gate, expected, query, nvlink=None, kernel_log=None, dcgm=None):
 
 def summary(failures):
     return "; ".join(f["message"] for f in failures)
+
+
+def check(run, gate, expected, node):
+    """The gate on ``node``, expecting ``expected`` GPUs: ``run(argv) -> (rc, output)`` runs a
+    command on its host. The task result: failed, with ``gpu_failures``, when the GPUs fail."""
+    query = run(QUERY)
+    nvlink = run(NVLINK) if query[0] == 0 else None
+    kernel_log, unchecked = read_kernel_log(run)
+    dcgm = None
+    if gate.get("dcgm_level") and run(HAS_DCGMI)[0] == 0:
+        dcgm = run(dcgm_diag(gate["dcgm_level"]))
+    failures = judge(gate, expected, query, nvlink, kernel_log, dcgm)
+    checked = "%d GPU(s)%s" % (expected, ", DCGM level %d" % gate["dcgm_level"] if dcgm is not None else "")
+    if failures:
+        return {"failed": True, "changed": False, "gpu_failures": failures,
+                "msg": "node %s failed its GPU health gate: %s; it stays cordoned for triage"
+                       % (node, summary(failures))}
+    return {"changed": False, "msg": "GPU health gate passed (%s)%s" % (checked, "; " + unchecked if unchecked else "")}

@@ -199,7 +199,7 @@ def test_deleting_condition_after_a_failure():
 def test_uninstall_conditions():
     conds = deletion.uninstall_conditions({"action": deletion.UNINSTALL, "reason": "why"})
     assert [(c["type"], c["status"], c["reason"], c["message"]) for c in conds] == [
-        (CONDITION_UNINSTALL_IN_PROGRESS, "True", "Uninstalling", "why"),
+        (CONDITION_UNINSTALL_IN_PROGRESS, "True", "UninstallInProgress", "why"),
         ("Ready", "False", "Uninstalling", "why")]
 
 

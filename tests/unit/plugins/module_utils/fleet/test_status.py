@@ -76,3 +76,24 @@ def test_drain_blocked_names_each_node_whose_drain_a_budget_holds_and_is_false_o
     cond = [c for c in compute_status("r", [free], ["b"], PACKAGES)["conditions"] if c["type"] == "DrainBlocked"][0]
     assert (cond["status"], cond["reason"]) == ("False", "EvictionsAccepted")
     assert cond["message"] == "no drain of a node of this resource is held by a PodDisruptionBudget"
+
+
+def test_nodes_complete_for_a_spec_changed_during_the_run_leave_the_resource_waiting():
+    nodes = [node("a", "complete", {}), node("b", "complete", {})]
+    status = compute_status("r", nodes, ["a", "b"], PACKAGES, generation=3, live_generation=4)
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert status["status"] == "waiting" and status["observedGeneration"] == 3
+    assert (ready["status"], ready["reason"]) == ("False", "SpecChanged")
+    assert "generation 3 (generation 4 is in the cluster)" in status["message"]
+    # The same generation, or none known: complete as before.
+    for live in (3, None):
+        assert compute_status("r", nodes, ["a", "b"], PACKAGES, generation=3, live_generation=live)["status"] == \
+            "complete"
+
+
+def test_a_spec_change_does_not_hide_what_is_wrong_with_the_nodes():
+    nodes = [node("a", "erroring", {}), node("b", "complete", {})]
+    status = compute_status("r", nodes, ["a", "b"], PACKAGES, generation=3, live_generation=4)
+    assert status["status"] == "erroring"
+    assert compute_status("r", nodes, ["a", "b"], PACKAGES, override="halted", message="m", generation=3,
+                          live_generation=4)["status"] == "halted"

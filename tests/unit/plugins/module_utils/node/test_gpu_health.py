@@ -103,3 +103,23 @@ def test_the_kernel_log_comes_from_journald_else_the_ring_buffer_else_the_gate_s
     assert log is None
     assert note == "Xid errors not checked: the kernel log cannot be read (journalctl -k: exit 127; dmesg: exit 1)"
     assert gpu_health.judge({}, 1, (0, "0, Enabled, Enabled\n"), kernel_log=log) == []
+
+
+def test_check_runs_the_gate_on_the_host_and_says_what_it_checked():
+    ran = []
+    outputs = {tuple(gpu_health.QUERY): QUERY_OK, tuple(gpu_health.NVLINK): NVLINK_OK,
+               tuple(gpu_health.HAS_DCGMI): (1, "")}
+
+    def run(argv):
+        ran.append(tuple(argv))
+        return outputs.get(tuple(argv), (0, ""))
+    result = gpu_health.check(run, GATE, 2, "h100-0")
+    assert not result.get("failed") and result["msg"].startswith("GPU health gate passed (2 GPU(s))")
+    assert ran[:2] == [tuple(gpu_health.QUERY), tuple(gpu_health.NVLINK)]
+    assert tuple(gpu_health.HAS_DCGMI) in ran  # dcgm_level asks whether dcgmi is there
+
+    # A GPU gone after the reboot: failed, naming the node, the count in the failures.
+    outputs[tuple(gpu_health.QUERY)] = (0, "0, Enabled, Enabled\n")
+    result = gpu_health.check(run, GATE, 2, "h100-0")
+    assert result["failed"] and result["gpu_failures"]
+    assert result["msg"].startswith("node h100-0 failed its GPU health gate:")
