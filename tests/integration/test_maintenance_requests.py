@@ -128,6 +128,12 @@ def test_a_rollout_asks_the_maintenance_operator_instead_of_cordoning_and_draini
         assert "nodewright.io/cordoned-by" not in annotations
         assert not sim.core.read_node(node).spec.unschedulable
         assert os.path.exists(os.path.join(sim.host_root(node), "etc", "maint-req"))
+        # The run report shows the request and its release in place of the cordon and the drain.
+        steps = [e["task"] for e in proc.report["hosts"][node]["timeline"]]
+        assert "Ask the maintenance-operator for the node's maintenance" in steps, steps
+        assert "Release the node's maintenance request" in steps, steps
+        assert not [s for s in steps if s.startswith(("Cordon the node", "Drain the node", "Uncordon"))], steps
+    assert "nodes are cordoned and drained by NVIDIA's maintenance-operator" in proc.stdout
 
 
 def test_a_request_the_operator_never_makes_ready_fails_the_node_and_is_withdrawn(sim, tmp_path):
