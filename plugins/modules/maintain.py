@@ -242,6 +242,7 @@ failed_step:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import full_argument_spec
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import maintenance as node_maintenance
 
 # The action plugin validates a task's options against this spec before anything is
 # read or changed; the defaults apply only where neither the task nor a
@@ -271,8 +272,8 @@ ARGUMENT_SPEC = dict(
     drain_grace_period=dict(type="int"),
     drain_skip_namespaces=dict(type="list", elements="str", default=[]),
     maintenance_request=dict(type="dict", options=dict(
-        namespace=dict(type="str", default="default"),
-        timeout=dict(type="int", default=3600),
+        namespace=dict(type="str", default=node_maintenance.DEFAULT_NAMESPACE),
+        timeout=dict(type="int", default=node_maintenance.DEFAULT_TIMEOUT),
     )),
     reboot_timeout=dict(type="int", default=900),
     health_conditions=dict(type="list", elements="dict", default=[{"type": "Ready"}]),

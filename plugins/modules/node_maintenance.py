@@ -146,9 +146,9 @@ def run(module):
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
     state=dict(type="str", choices=["present", "absent"], default="present"),
-    namespace=dict(type="str", default="default"),
+    namespace=dict(type="str", default=maintenance.DEFAULT_NAMESPACE),
     wait=dict(type="bool", default=True),
-    timeout=dict(type="int", default=3600),
+    timeout=dict(type="int", default=maintenance.DEFAULT_TIMEOUT),
     cordon=dict(type="bool", default=True),
     drain=dict(type="dict", options=dict(
         force=dict(type="bool", default=False),

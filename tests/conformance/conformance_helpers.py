@@ -33,7 +33,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 
+from fleet_helpers import kill_tree  # noqa: E402
 from k8s_helpers import ensure_crds  # noqa: E402
 from test_oci_packages import Registry, dir_files, tool, write_layout  # noqa: E402
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook import convert  # noqa: E402
@@ -362,20 +362,14 @@ class Scenario(object):
         return subprocess.Popen([sys.executable, "-m", "nodewright_cli", "reconcile", "--once", "--inventory",
                                  self.inventory, "--workdir", str(self.tmp / "work")],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env(),
-                                cwd=str(self.tmp), start_new_session=True)
+                                cwd=str(self.tmp))
 
     @staticmethod
     def stop(proc):
-        """Stop a pass started with ``reconcile_started`` and its process group, then reap it."""
+        """Stop a pass started with ``reconcile_started`` and everything it started, then reap it."""
         if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+            kill_tree(proc.pid)
+            proc.communicate()
 
     @staticmethod
     def eventually(check, timeout=240.0, every=0.1):

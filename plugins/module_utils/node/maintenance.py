@@ -103,7 +103,7 @@ def _read(api, namespace, name):
         raise
 
 
-def _not_installed(exc, namespace):
+def _not_installed(exc):
     if (exc.details or {}).get("status") == 404:
         return NodeWrightError("the maintenance-operator's NodeMaintenance (%s/%s) is not served by this cluster"
                                % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION),
@@ -131,7 +131,7 @@ def request(api, node, namespace=DEFAULT_NAMESPACE, drain=None, wait_for_pods=No
     try:
         created, _headers = request_json(api, "POST", _path(namespace), "create %s" % describe(body), body=body)
     except ClusterError as exc:
-        raise _not_installed(exc, namespace)
+        raise _not_installed(exc)
     return True, created or body
 
 
