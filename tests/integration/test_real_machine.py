@@ -33,16 +33,25 @@ def sim_cli(name, *args, env=None, prefix=()):
                           env=env or dict(os.environ), timeout=600)
 
 
-def machine_state():
-    """What a simulator could leave on this machine."""
+def machine_state(name):
+    """What simulator ``name`` could leave on this machine. The mounts and cgroups of other
+    simulators (the suite's other pytest process runs one beside this file) are left out:
+    they come and go on their own."""
+    from nodewright_sim.cluster import state_root
+    from nodewright_sim.realcgroups import CGROUP_TOP
+
+    def others(path, top):
+        head = path.split(top + "/", 1)
+        return len(head) == 2 and head[1].split("/", 1)[0] != name
     def listing(path):
         try:
             return sorted(os.listdir(path))
         except OSError:
             return None
     with open("/proc/self/mountinfo") as fh:
-        mounts = sorted(line.split()[4] for line in fh)
-    cgroups = sorted(dirpath for dirpath, _d, _f in os.walk("/sys/fs/cgroup"))
+        mounts = sorted(point for point in (line.split()[4] for line in fh) if not others(point, state_root()))
+    cgroups = sorted(dirpath for dirpath, _d, _f in os.walk("/sys/fs/cgroup")
+                     if not others(dirpath, "/" + CGROUP_TOP))
     routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True).stdout
     sysctls = {k: open("/proc/sys/" + k.replace(".", "/")).read().strip() for k in (
         "vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
@@ -84,7 +93,7 @@ def test_down_removes_every_process_mount_cgroup_and_link_of_the_real_nodes(tmp_
     # Before test_real_nodes.py (this file sorts first): no other simulator with real nodes
     # runs, so the kernel settings the kubelet changed are restored by this down.
     name = "rn-clean-%d" % os.getpid()
-    before = machine_state()
+    before = machine_state(name)
     up = sim_cli(name, "up", "--profile", "bare", "--nodes", "0", "--real-nodes", "1")
     try:
         assert up.returncode == 0, up.stderr
@@ -105,7 +114,7 @@ def test_down_removes_every_process_mount_cgroup_and_link_of_the_real_nodes(tmp_
     finally:
         down = sim_cli(name, "down")
     assert down.returncode == 0, down.stderr
-    after = machine_state()
+    after = machine_state(name)
     assert processes_of(name) == []
     for key in before:
         assert after[key] == before[key], key
@@ -122,7 +131,7 @@ def test_up_without_the_runtime_packages_names_them_and_changes_nothing(tmp_path
         if path:
             os.symlink(path, tools / tool)
     env = dict(os.environ, PATH=str(tools), NODEWRIGHT_SIM_NO_INSTALL="1")
-    before = machine_state()
+    before = machine_state(name)
     proc = sim_cli(name, "up", "--profile", "bare", "--nodes", "0", "--real-nodes", "2", env=env)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -131,7 +140,7 @@ def test_up_without_the_runtime_packages_names_them_and_changes_nothing(tmp_path
                                "which are missing: install Debian's containerd, runc, containernetworking-plugins")
     assert "apt-get install containerd runc containernetworking-plugins" in lines[0]
     assert not os.path.exists(Cluster(name).dir)
-    assert machine_state() == before
+    assert machine_state(name) == before
     # Without --real-nodes none of it is needed.
     proc = sim_cli(name, "up", "--profile", "bare", "--nodes", "0", env=env)
     try:
@@ -149,7 +158,7 @@ def test_a_machine_where_runc_cannot_start_containers_gets_the_reason_and_nothin
                     "case \" $* \" in *\" run \"*) echo 'runc run failed: unable to start container process: "
                     "error during container init: permission denied' >&2; exit 1;; esac\nexit 0\n" % runc)
     fake.chmod(0o755)
-    before = machine_state()
+    before = machine_state(name)
     proc = sim_cli(name, "up", "--profile", "bare", "--nodes", "0", "--real-nodes", "1",
                    env=dict(os.environ, NODEWRIGHT_SIM_RUNC=str(fake)))
     assert proc.returncode == 2
@@ -161,7 +170,7 @@ def test_a_machine_where_runc_cannot_start_containers_gets_the_reason_and_nothin
     assert lines[0].endswith("or leave out --real-nodes")
     assert not os.path.exists(Cluster(name).dir)
     assert processes_of(name) == []
-    after = machine_state()
+    after = machine_state(name)
     for key in before:
         assert after[key] == before[key], key
 
