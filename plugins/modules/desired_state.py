@@ -53,6 +53,14 @@ options:
     type: list
     elements: str
     default: []
+  maintenance_request:
+    description:
+      - "The run's requestor mode of NVIDIA's maintenance-operator, as M(nodewright.fleet.maintain) takes it
+        (O(nodewright.fleet.maintain#module:maintenance_request)): a mapping with C(namespace) and C(timeout),
+        or V(true) for the defaults. When set, the plan refuses a malformed value, and a cluster that does not
+        serve the operator's C(NodeMaintenance), before any node is touched."
+      - The playbooks take it from the variable C(safe_update_maintenance_request).
+    type: raw
 extends_documentation_fragment:
   - nodewright.fleet.k8s_auth
 attributes:
@@ -143,6 +151,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.skyhook imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import validate_deployment_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names
+from ansible_collections.nodewright.fleet.plugins.module_utils.node import maintenance
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import list_node_maintenances
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import waits as node_waits
@@ -224,6 +233,8 @@ def run(module):
     if p["name"] is not None:
         names.nodewright_name(p["name"], "name")
     api = module.api_client()
+    if maintenance.settings(p["maintenance_request"]) is not None:
+        maintenance.served(api)
     nodes = []
     for page in list_pages(api, "/api/v1/nodes", "list nodes"):
         nodes.extend(page)
@@ -301,6 +312,7 @@ ARGUMENT_SPEC = dict(
     package_dirs=dict(type="list", elements="path", default=[]),
     fail_on_blocked=dict(type="bool", default=True),
     skyhook_drop=dict(type="list", elements="str", default=[]),
+    maintenance_request=dict(type="raw"),
 )
 
 

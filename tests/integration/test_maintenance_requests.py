@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from fleet_helpers import Fleet, waves_from_report
-from k8s_helpers import ensure_crds
+from k8s_helpers import ensure_crds, wait_for
 from test_unavailable_nodes import NODE_MAINTENANCE_CRD
 
 pytestmark = pytest.mark.integration
@@ -195,3 +198,48 @@ def test_a_run_resumes_from_its_own_request_which_never_counts_as_another_contro
     assert sorted(operator.released) == sorted("nodewright-" + n for n in fleet.nodes)
     assert requests_left(custom, ns) == []
     assert all(node_state(fleet, n, res)[0] == "complete" for n in fleet.nodes)
+
+
+def test_a_cluster_without_the_maintenance_operator_is_refused_before_any_node(sim, tmp_path):
+    """Requestor mode where NodeMaintenance is not served (the operator not installed): the
+    plan refuses it before any node is cordoned, asked for or marked, as it refuses a
+    malformed value; a check-mode request says the same instead of a change it could not make."""
+    fleet = Fleet(sim, tmp_path, [("h100", 2)])
+    res = "maint-absent-" + fleet.label
+    fleet.create("NodeWright", res, {
+        "nodeSelectors": {"matchLabels": {"rollout-test": fleet.label}},
+        "packages": {"shellscript": {"version": "1.0.0", "interrupt": SERVICE, "configMap": {
+            "apply.sh": "echo applied > /etc/maint-absent\n", "apply_check.sh": "test -f /etc/maint-absent\n"}}}})
+    bad = fleet.playbook("rollout.yml", "-e", "nodewright_resource=%s" % res,
+                         "-e", '{"safe_update_maintenance_request": {"timeout": "an hour"}}')
+    assert bad.returncode != 0
+    assert "maintenance_request.timeout must be a positive number of seconds, got 'an hour'" in bad.stdout
+    ext = client.ApiextensionsV1Api(sim.api)
+    crd = "%s.%s" % (PLURAL, GROUP)
+    try:
+        try:
+            ext.delete_custom_resource_definition(crd)
+        except ApiException as exc:
+            assert exc.status == 404
+        wait_for(lambda: GROUP not in [g.name for g in client.ApisApi(sim.api).get_api_versions().groups],
+                 what="the NodeMaintenance API gone")
+        refused = "the maintenance-operator's NodeMaintenance (maintenance.nvidia.com/v1alpha1) is not served by " \
+                  "this cluster"
+        hint = "install NVIDIA's maintenance-operator, or leave maintenance requests off"
+        for playbook in ("plan.yml", "rollout.yml"):
+            proc = fleet.playbook(playbook, "-e", "nodewright_resource=%s" % res,
+                                  "-e", "safe_update_maintenance_request=true")
+            assert proc.returncode != 0, playbook
+            assert refused in proc.stdout and hint in proc.stdout, proc.stdout[-3000:]
+        check = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "--check",
+                                "-m", "nodewright.fleet.node_maintenance", "-a", "name=%s" % fleet.nodes[0]],
+                               capture_output=True, text=True, env=dict(sim.env(), ANSIBLE_LOCALHOST_WARNING="false"))
+        assert check.returncode != 0 and refused in check.stdout, check.stdout[-2000:]
+    finally:
+        ensure_crds(sim, [NODE_MAINTENANCE_CRD])
+    # Nothing was touched: no node cordoned, marked or worked on.
+    for node in fleet.nodes:
+        status, annotations = node_state(fleet, node, res)
+        assert status is None and not [k for k in annotations if k.startswith("nodewright.io/")], annotations
+        assert not sim.core.read_node(node).spec.unschedulable
+        assert not os.path.exists(os.path.join(sim.host_root(node), "etc", "maint-absent"))

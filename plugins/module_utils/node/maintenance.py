@@ -18,7 +18,7 @@ import hashlib
 import time
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import ClusterError, NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
+from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers, names
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_json, request_json
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.selectors import to_selector
 
@@ -28,17 +28,51 @@ PENDING = "Pending"
 _POLL = 2.0
 
 
-def settings(value):
+def settings(value, field="maintenance_request"):
     """Requestor mode's settings (namespace, timeout) from M(maintain)'s ``maintenance_request``
-    (a mapping, or true for the defaults; a string as a play variable gives it), else None."""
+    (a mapping, or true for the defaults; a string as a play variable gives it), else None.
+    A value that is none of these, an unknown key, a bad namespace or a timeout that is not a
+    positive number of seconds is refused, naming ``field``."""
     if isinstance(value, str):
-        value = {} if value.strip().lower() in ("1", "true", "yes", "on") else None
+        text = value.strip().lower()
+        if text in ("", "0", "false", "no", "off", "none"):
+            return None
+        if text not in ("1", "true", "yes", "on"):
+            raise NodeWrightError("%s must be a mapping (namespace, timeout) or true/false, got %r" % (field, value))
+        value = {}
     elif not isinstance(value, dict):
         value = {} if value else None
     if value is None:
         return None
-    return {"namespace": value.get("namespace") or DEFAULT_NAMESPACE,
-            "timeout": int(value.get("timeout") or DEFAULT_TIMEOUT)}
+    unknown = sorted(set(value) - {"namespace", "timeout"})
+    if unknown:
+        raise NodeWrightError("%s: unknown key(s) %s (it takes namespace and timeout)" % (field, ", ".join(unknown)))
+    namespace = value.get("namespace") or DEFAULT_NAMESPACE
+    names.namespace(namespace, "%s.namespace" % field)
+    timeout = value.get("timeout")
+    if timeout is None or timeout == "":
+        timeout = DEFAULT_TIMEOUT
+    try:
+        timeout = int(timeout)
+    except (TypeError, ValueError):
+        timeout = None
+    if timeout is None or timeout <= 0 or isinstance(value.get("timeout"), bool):
+        raise NodeWrightError("%s.timeout must be a positive number of seconds, got %r" % (field, value.get("timeout")))
+    return {"namespace": namespace, "timeout": timeout}
+
+
+def served(api):
+    """Refuse a cluster that does not serve the maintenance-operator's NodeMaintenance
+    (API discovery, which every authenticated client may read), before any node is asked for."""
+    path = "/apis/%s/%s" % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION)
+    try:
+        found = get_json(api, path, "discover %s/%s" % (markers.NODE_MAINTENANCE_GROUP,
+                                                        markers.NODE_MAINTENANCE_VERSION))
+    except ClusterError as exc:
+        raise _not_installed(exc)
+    if not any(r.get("name") == markers.NODE_MAINTENANCE_PLURAL for r in (found or {}).get("resources") or []):
+        raise _not_installed(ClusterError("no %s in %s" % (markers.NODE_MAINTENANCE_PLURAL, path),
+                                          status=404))
 
 
 def object_name(node):
@@ -127,6 +161,7 @@ def request(api, node, namespace=DEFAULT_NAMESPACE, drain=None, wait_for_pods=No
                                        % markers.NODE_MAINTENANCE_NAME_PREFIX)
         return False, current
     if check_mode:
+        served(api)  # what the real run would find: no request can be made where none is served
         return True, body
     try:
         created, _headers = request_json(api, "POST", _path(namespace), "create %s" % describe(body), body=body)

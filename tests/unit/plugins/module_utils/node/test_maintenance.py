@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.node import maintenance
 
 pytestmark = pytest.mark.unit
@@ -53,3 +54,17 @@ def test_the_request_carries_the_drain_and_the_pods_to_wait_for():
 def test_the_phase_is_the_ready_conditions_reason(conditions, expected):
     obj = {"status": {"conditions": conditions}} if conditions is not None else {}
     assert maintenance.phase(obj) == expected
+
+
+@pytest.mark.parametrize("value, message", [
+    ("sometimes", "maintenance_request must be a mapping (namespace, timeout) or true/false, got 'sometimes'"),
+    ({"namespace": "maint", "timout": 60}, "maintenance_request: unknown key(s) timout (it takes namespace and timeout)"),
+    ({"timeout": "an hour"}, "maintenance_request.timeout must be a positive number of seconds, got 'an hour'"),
+    ({"timeout": 0}, "maintenance_request.timeout must be a positive number of seconds, got 0"),
+    ({"timeout": True}, "maintenance_request.timeout must be a positive number of seconds, got True"),
+    ({"namespace": "Maint_NS"}, "maintenance_request.namespace"),
+])
+def test_settings_refuse_what_no_request_could_be_made_with(value, message):
+    with pytest.raises(NodeWrightError) as exc:
+        maintenance.settings(value)
+    assert message in str(exc.value)
