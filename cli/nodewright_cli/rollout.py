@@ -39,16 +39,9 @@ from nodewright_cli import collection, runner
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError, ValidationError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
     DEFAULT_TTL,
-    FleetView,
-    NodeInfo,
-    ReservationRecord,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import (
     INTERRUPTED,
-    ClusterFleet,
-    ResourceRollout,
-    RolloutDriver,
-    StaticFleet,
     plan_run,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import HALTED, WAITING, parse_policy
@@ -68,20 +61,22 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_setting
     read_settings,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import (
-    StateKeeper,
     fetch_deployment_policy,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_builder import (
+    admission_fleet,
+    build_driver,
+    resources_from_desired,
+    single_policy_run,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_nodes import collect_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import (
-    RolloutRecord,
     wave_facts,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
     RunHooks,
-    resources_from_desired,
     status_writer,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import report_html
 
 EXIT_OK, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -390,10 +385,12 @@ class WaveRunnerCli(object):
         variables = self.host_variables()
         nodes = collect_nodes(hosts, lambda h: variables.get(h) or {}, self.auth)
         name = args.state_resource or os.path.basename(args.playbook)
-        view = FleetView([NodeInfo(name=n["name"], labels=n["labels"], created=n.get("creationTimestamp"),
-                                   unschedulable=False, cordoned_by=None, statuses={}) for n in nodes])
-        res = ResourceRollout(name, policy, targets=[n["name"] for n in nodes], work=[n["name"] for n in nodes],
-                              source=source)
+        # A dry run starts from the first batch, whatever the resource's status holds.
+        resources, records, keepers, view = single_policy_run(
+            name, policy, source, nodes, os.path.basename(args.playbook), DRIVER_WAVE_RUNNER,
+            state_resource=None if args.dry_run else args.state_resource, auth=self.auth, check_mode=args.check,
+            say=lambda note: print("nodewright rollout: %s" % note, flush=True))
+        (res,), record = resources, records[name]
         if args.dry_run:
             driver, status, reason = plan_run([res], view)
             soaks = {c.name: c.to_dict()["soakTime"] for c in policy.all_compartments if c.soak_time}
@@ -407,36 +404,16 @@ class WaveRunnerCli(object):
                     "; then soak %s" % soaking if soaking else ""))
             print("then: %s (%s)" % (status, reason))
             return EXIT_OK
-        record = RolloutRecord(os.path.basename(args.playbook), policy, source, nodes, driver=DRIVER_WAVE_RUNNER,
-                               resource=args.state_resource)
-        record.labelled = True
-        keeper = None
-        if args.state_resource:
-            res.state, note, keeper = StateKeeper.resume(args.state_resource, policy, self.auth,
-                                                         check_mode=args.check)
-            if note:
-                record.note(note)
-                print("nodewright rollout: %s" % note, flush=True)
-        else:
-            res.state = RolloutState(policy)
-        fleet = StaticFleet(view)
-        holder = ""
-        if args.admission:
-            from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
-            api = get_api_client(self.auth)
-            record_lock = None if args.check else ReservationRecord(api, ttl=args.reservation_ttl,
-                                                                    run="nodewright rollout %s" % args.playbook)
-            fleet = ClusterFleet(api, record_lock, threaded=True)
-            holder = record_lock.holder_id if record_lock is not None else ""
+        fleet = admission_fleet(self.auth, view, admission=args.admission, check_mode=args.check,
+                                run="nodewright rollout %s" % args.playbook, ttl=args.reservation_ttl)
         started = time.time()
         workdir = args.private_data_dir or tempfile.mkdtemp(prefix="nodewright-rollout-")
         os.makedirs(workdir, exist_ok=True)
         print("nodewright rollout: %d node(s), policy %s, artifacts in %s" % (len(nodes), source, workdir),
               flush=True)
-        hooks = WaveHooks(self, {name: record}, {name: keeper}, workdir)
-        driver = RolloutDriver([res], fleet, hooks, holder_id=holder, wait_for_window=args.wait_for_window,
-                               capacity_timeout=3600 if args.admission else 0, notifier=notifier)
-        hooks.driver = driver
+        hooks = WaveHooks(self, records, keepers, workdir)
+        driver = build_driver(resources, fleet, hooks, wait_for_window=args.wait_for_window,
+                              capacity_timeout=3600 if args.admission else 0, notifier=notifier)
         code = EXIT_OK
         status, reason = INTERRUPTED, "the run was interrupted"
         try:
@@ -696,18 +673,13 @@ class ResourcesCli(WaveRunnerCli):
             print("nodewright rollout: nothing to do: no node of the inventory has work", flush=True)
             self.write_report(self.playbook, [], [planned.report] if planned.report else [], started)
             return self.blocked_exit(settings.desired, EXIT_OK)
-        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
-        api = get_api_client(self.auth)
-        record_lock = None if args.check else ReservationRecord(
-            api, ttl=args.reservation_ttl, run="nodewright rollout --resources")
-        fleet = ClusterFleet(api, record_lock, threaded=True)
+        fleet = admission_fleet(self.auth, check_mode=args.check, run="nodewright rollout --resources",
+                                ttl=args.reservation_ttl)
         desired_vars = write_unsafe_vars(os.path.join(workdir, "desired.yml"), {VAR_DESIRED: desired})
         hooks = WaveHooks(self, records, keepers, workdir, playbook=self.playbook, extravars=self.extravars(),
                           cmdline=["-e", "@" + desired_vars], writer=status_writer(self.auth))
-        driver = RolloutDriver(resources, fleet, hooks, holder_id=record_lock.holder_id if record_lock else "",
-                               wait_for_window=args.wait_for_window, capacity_timeout=CAPACITY_TIMEOUT, poll=5.0,
-                               notifier=notifier)
-        hooks.driver = driver
+        driver = build_driver(resources, fleet, hooks, wait_for_window=args.wait_for_window,
+                              capacity_timeout=CAPACITY_TIMEOUT, poll=5.0, notifier=notifier)
         print("nodewright rollout: %s; artifacts in %s" % ("; ".join(
             "%s: %d node(s) with work, policy %s" % (r.name, len(r.work), records[r.name].source)
             for r in driver.resources), workdir), flush=True)

@@ -128,19 +128,9 @@ from ansible.utils.display import Display
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_context
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import (
-    DEFAULT_TTL,
-    FleetView,
-    NodeInfo,
-    ReservationRecord,
-)
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import (
     INTERRUPTED,
     STOPPED,
-    ClusterFleet,
-    ResourceRollout,
-    RolloutDriver,
-    StaticFleet,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.notify import Notifier
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
@@ -173,20 +163,22 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_setting
     read_settings,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import (
-    StateKeeper,
     load_policy,
+)
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_builder import (
+    admission_fleet,
+    build_driver,
+    resources_from_desired,
+    single_policy_run,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_nodes import collect_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import (
-    RolloutRecord,
     wave_facts,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.rollout import (
     RunHooks,
-    resources_from_desired,
     status_writer,
 )
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import RolloutState
 from ansible_collections.nodewright.fleet.plugins.plugin_utils import core_internals
 
 display = Display()
@@ -456,12 +448,10 @@ class StrategyModule(LinearStrategyModule):
         original_tasks = core_internals.play_tasks(iterator)
         writer = status_writer(settings.k8s_auth) if settings.desired is not None else None
         hooks = StrategyHooks(self, iterator, play_context, by_name, original_tasks, records, keepers, writer)
-        holder = fleet.record.holder_id if getattr(fleet, "record", None) is not None else ""
         notifier = Notifier(settings.notify, warn=display.warning) if settings.notify is not None else None
-        driver = RolloutDriver(resources, fleet, hooks, holder_id=holder, wait_for_window=settings.wait_for_window,
-                               capacity_timeout=(settings.capacity_timeout if settings.capacity_timeout is not None
-                                                 else DEFAULT_CAPACITY_TIMEOUT), poll=5.0, notifier=notifier)
-        hooks.driver = driver
+        driver = build_driver(resources, fleet, hooks, wait_for_window=settings.wait_for_window,
+                              capacity_timeout=(settings.capacity_timeout if settings.capacity_timeout is not None
+                                                else DEFAULT_CAPACITY_TIMEOUT), poll=5.0, notifier=notifier)
         self._publish(records, resources)
         display.banner("NODEWRIGHT ROLLOUT [%s] %s" % (play.get_name(), "; ".join(
             "%s: %d node(s) with work, policy %s" % (r.name, len(r.work), records[r.name].source)
@@ -536,33 +526,17 @@ class StrategyModule(LinearStrategyModule):
         policy, source = load_policy(settings)
         policy = policy.with_alert_gate(settings.alert_gate)
         nodes = collect_nodes(names, self._host_variables, settings.k8s_auth)
-        name = settings.state_resource or play.get_name() or "rollout"
-        state, keeper, note = RolloutState(policy), None, None
-        if settings.state_resource:
-            state, note, keeper = StateKeeper.resume(settings.state_resource, policy, settings.k8s_auth,
-                                                     check_mode=check_mode)
-        record = RolloutRecord(play.get_name(), policy, source, nodes, driver="strategy",
-                               resource=settings.state_resource)
-        record.labelled = True
-        if note:
-            record.note(note)
-            display.display("NodeWright rollout: %s" % note, color=C.COLOR_VERBOSE)
-        res = ResourceRollout(name, policy, targets=[n["name"] for n in nodes], work=[n["name"] for n in nodes],
-                              state=state, source=source)
-        view = FleetView([NodeInfo(name=n["name"], labels=n["labels"], created=n.get("creationTimestamp"),
-                                   unschedulable=False, cordoned_by=None, statuses={}) for n in nodes])
-        return [res], {name: record}, {name: keeper}, view
+        return single_policy_run(
+            settings.state_resource or play.get_name() or "rollout", policy, source, nodes, play.get_name(),
+            "strategy", state_resource=settings.state_resource, auth=settings.k8s_auth, check_mode=check_mode,
+            say=lambda note: display.display("NodeWright rollout: %s" % note, color=C.COLOR_VERBOSE))
 
     def _fleet(self, settings, view, check_mode):
-        if not settings.admission:
-            return StaticFleet(view)
-        from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import get_api_client
-        api = get_api_client(settings.k8s_auth)
-        record = None if check_mode else ReservationRecord(
-            api, namespace=settings.lock_namespace, ttl=settings.reservation_ttl or DEFAULT_TTL,
-            run="ansible-playbook on %s pid %d" % (socket.gethostname(), os.getpid()))
-        fleet = ClusterFleet(api, record, threaded=False)
-        self._nw_fleet = fleet
+        fleet = admission_fleet(settings.k8s_auth, view, admission=settings.admission, check_mode=check_mode,
+                                run="ansible-playbook on %s pid %d" % (socket.gethostname(), os.getpid()),
+                                ttl=settings.reservation_ttl, namespace=settings.lock_namespace, threaded=False)
+        # Renewed from the controller's loop (_process_pending_results), between forks.
+        self._nw_fleet = fleet if settings.admission else None
         return fleet
 
     def _publish(self, records, resources):

@@ -1,11 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
-"""A rollout run around the driver: the resources of a run from the desired state
-(``resources_from_desired``) and the hooks the strategy plugin and ``nodewright rollout``
-share (``RunHooks``: status at every admission, the record, the report). The run's
-settings, state, nodes and record live beside it (``run_settings``, ``run_state``,
-``run_nodes``, ``run_record``).
+"""A rollout run around the driver: the hooks the strategy plugin and ``nodewright rollout``
+share (``RunHooks``: status at every admission, the record, the report) and the status
+writer. The run is built in ``run_builder``; its settings, state, nodes and record live
+beside it (``run_settings``, ``run_state``, ``run_nodes``, ``run_record``).
 
 Nothing here imports Ansible: the strategy plugin adds only what needs the
 controller's internals (running a wave as a ``linear`` pass over the admitted hosts).
@@ -15,62 +14,18 @@ from __future__ import annotations
 
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import Hooks, ResourceRollout
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan, RunPlan
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import Hooks
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import HALTED
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
-    RolloutState,
-)
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import (
-    StateKeeper,
     fetch_resource,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_record import (
-    RolloutRecord,
     _iso,
     _names,
     _now,
     halt_message,
 )
-
-
-# --------------------------------------------------------------------------- resources of a run
-
-
-def resources_from_desired(desired, hosts, settings, play, driver, check_mode=False, say=None):
-    """``(ResourceRollout list, {name: RolloutRecord}, {name: StateKeeper})`` for the
-    resources of a ``desired_state`` result; only ``hosts`` (the play's) may be picked."""
-    say = say or (lambda text, level="info": None)
-    rollouts, records, keepers = [], {}, {}
-    hosts = set(hosts)
-    for entry in RunPlan.from_dict(desired).rollouts:
-        if not entry.rollable:
-            continue
-        name = entry.name
-        policy = entry.policy.with_alert_gate(settings.alert_gate)
-        source = entry.source
-        state, keeper = RolloutState(policy), None
-        if entry.from_cluster and entry.generation is not None:
-            state, note, keeper = StateKeeper.resume(name, policy, settings.k8s_auth, check_mode=check_mode)
-            if note:
-                say("NodeWright rollout: %s: %s" % (name, note))
-        else:
-            note = None
-        views = [{"name": t} for t in entry.targets]
-        res = ResourceRollout(name, policy, targets=entry.targets, work=entry.work,
-                              priority=entry.priority, eligible=hosts & set(entry.work),
-                              state=state, source=source, plan=entry, order=entry.node_order)
-        record = RolloutRecord(play, policy, source, [v for v in views if v["name"] in res.work], driver,
-                               resource=name)
-        if note:
-            record.note(note)
-        missing = sorted(set(entry.work) - hosts)
-        if missing:
-            record.leave_out(missing, "not in the inventory of this run")
-        rollouts.append(res)
-        records[name] = record
-        keepers[name] = keeper
-    return rollouts, records, keepers
 
 
 class RunHooks(Hooks):
