@@ -16,6 +16,7 @@ from nodewright_cli.reconcile_work import name_of
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.desired_state import targeted_nodes
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import deletion
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import PackageSpec
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     CONDITION_NODE_STATE_MALFORMED,
     CONDITION_UNINSTALL_IN_PROGRESS,
@@ -85,7 +86,7 @@ class SurfaceMixin(object):
                 targets = targeted_nodes(resource, nodes)
             except NodeWrightError:
                 targets = []
-            packages = [{"name": k, "version": (v or {}).get("version", "?")} for k, v in
+            packages = [PackageSpec(name=k, version=str(v.get("version", "?"))) for k, v in
                         sorted((((resource.get("spec") or {}).get("packages")) or {}).items())
                         if isinstance(v, dict)]
         new = compute_status(name, nodes, targets, packages, override=override, message=message,

@@ -85,7 +85,7 @@ def rebooted_since_applied(view, nodes):
     for resource, described in view["rollouts"]:
         if described.paused or described.disabled:
             continue
-        if not any(reapplies_every_boot(spec) for spec in described.packages):
+        if not any(reapplies_every_boot(spec.name, spec.config) for spec in described.packages):
             continue
         recorded = (resource.get("status") or {}).get("nodeBootIds") or {}
         for name in described.targets:

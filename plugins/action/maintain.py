@@ -297,7 +297,7 @@ class _Sequence(object):
         packages = args.get("packages")
         self.images = None
         if packages is None and entry:
-            packages = entry.packages
+            packages = [spec.to_dict() for spec in entry.packages]  # the package module's specs
             self.images = entry.images
         self.packages = packages
         self.interrupt = args.get("interrupt") or {"type": "noop"}

@@ -85,6 +85,7 @@ resource_status:
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import names, nodewright_api
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s.client import list_pages
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.module_base import NodeWrightModule, check_text
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import PackageSpec
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import (
     RESOURCE_STATUSES,
     compute_status,
@@ -100,7 +101,10 @@ def run(module):
     api = module.api_client()
     current = nodewright_api.get(api, nodewright_api.NODEWRIGHTS, p["name"])
     nodes = [n for page in list_pages(api, "/api/v1/nodes", "list nodes") for n in page]
-    status = compute_status(p["name"], nodes, p["targets"], p["packages"], override=p["status"],
+    # Only each package's name and version go into the status (packageList).
+    packages = [PackageSpec(name=str(spec.get("name") or "?"), version=str(spec.get("version") or "?"))
+                for spec in p["packages"]]
+    status = compute_status(p["name"], nodes, p["targets"], packages, override=p["status"],
                             message=p["status_message"], generation=p["generation"], extra=p["extra"],
                             current=current.get("status"), pending=p["pending"], refused=p["refused"],
                             conversion_warnings=conversion_warnings_of(current),

@@ -96,4 +96,7 @@ _kept = (
     _.protected,
     _.soak,
     _.held_by,
+    # Package spec fields read by the package module from the spec's mapping (PackageSpec.to_dict).
+    _.stage_retries,
+    _.refuse_downgrade,
 )

@@ -47,12 +47,12 @@ def _file_digests(root, package):
     return out
 
 
-def spec_settings(spec, package):
-    """``{setting: value}`` a package spec writes on every node it targets."""
+def spec_settings(config, package):
+    """``{setting: value}`` a package with ``config`` (its spec's) writes on every node it targets."""
     out = {}
     if package is None:
         return out
-    for key, value in package.settings_from_config(spec.get("config") or {}).items():
+    for key, value in package.settings_from_config(config or {}).items():
         out[key] = _norm(value)
     if getattr(package, "root", None):
         out.update(_file_digests(package.root, package))

@@ -29,7 +29,12 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors imp
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import Problems
 from ansible_collections.nodewright.fleet.plugins.module_utils.common.validation import parse_duration
 from ansible_collections.nodewright.fleet.plugins.module_utils.package.model import load_package
-from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import NodePlan, ResourcePlan, RunPlan
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import (
+    NodePlan,
+    PackageSpec,
+    ResourcePlan,
+    RunPlan,
+)
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import (
     parse_policy,
     policy_from_interruption_budget,
@@ -415,7 +420,7 @@ def describe(resource, nodes, policies, package_dirs, cache=None, by_name=None, 
         waves={"waves": [], "status": "unplanned", "reason": "planned with every resource (describe_all)"},
         non_interruptible=spec.get("podNonInterruptLabels") or {},
         runtime_required=bool(spec.get("runtimeRequired")),
-        targets=targets, packages=specs, nodes=plans, images=images,
+        targets=targets, packages=[PackageSpec.from_dict(s) for s in specs], nodes=plans, images=images,
         work=work,
         node_order={t: sticky[t] for t in targets if t in sticky},
         drain=drain_options(spec.get("drainConfig")),
@@ -490,7 +495,7 @@ def settings_of(entry, cache):
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts
     common = {}
     for spec in entry.packages:
-        common.update(conflicts.spec_settings(spec, _load(spec["src"], cache)))
+        common.update(conflicts.spec_settings(spec.config, _load(spec.src, cache)))
     out = {}
     for node in entry.targets:
         settings = dict(common)

@@ -39,6 +39,53 @@ def _hint():
 
 
 @dataclass
+class PackageSpec:
+    """One package of a resource as the run asks for it: the ``nodewright.fleet.package``
+    module's spec (``to_dict``), its source resolved when the plan was made (a package
+    directory, or an image reference pinned to its digest)."""
+
+    name: str
+    src: str = ""
+    version: str = ""
+    config: dict = field(default_factory=dict)        # configMap, with what a resolver derived
+    state: str | None = None                          # absent: uninstall.apply
+    interrupt: dict | None = None
+    config_interrupts: dict | None = None
+    depends_on: dict | None = None
+    env: dict | None = None                           # literal values
+    env_from: list | None = None                      # Secret / ConfigMap references, read when it runs
+    stage_timeout: int | None = None
+    reapply_on_reboot: bool = False
+    stage_retries: int | None = None
+    retry_backoff: object = None
+    refuse_downgrade: bool = False
+
+    def to_dict(self):
+        """The package module's spec: the fields that are set."""
+        out = {"name": self.name, "src": self.src, "version": self.version, "config": self.config}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in out and value is not None and value is not False:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data, where="package"):
+        if isinstance(data, PackageSpec):
+            return data
+        if not isinstance(data, dict) or not data.get("name"):
+            raise PlanError("%s: a package spec must be a mapping with a name, got %r" % (where, data), hint=_hint())
+        where = "%s %s" % (where, data["name"])
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise PlanError("%s: unknown key(s) %s (run plan schema %d)" % (where, ", ".join(unknown), SCHEMA_VERSION),
+                            hint=_hint())
+        values = dict(data)
+        values["config"] = dict(data.get("config") or {})
+        return cls(**values)
+
+
+@dataclass
 class NodePlan:
     """What a run would do on one targeted node."""
 
@@ -95,8 +142,8 @@ class ResourcePlan:
     ``work``                    targets with something to do (not held, not malformed)
     ``nodes``                   per target: ``actions`` per package, ``interrupt``,
                                 ``changed``, ``disruptive``, ``packages`` (plan entries)
-    ``packages``                the package module's specs, sources resolved; each with
-                                ``stage_timeout`` (seconds) when one applies,
+    ``packages``                ``PackageSpec``: the package module's specs, sources
+                                resolved; each with ``stage_timeout`` (seconds) when one applies,
                                 ``reapply_on_reboot`` with ``reapplyOnReboot`` and
                                 ``state: absent`` for a package with ``uninstall.apply``
     ``images``                  per package from an image index of several platforms:
@@ -162,7 +209,7 @@ class ResourcePlan:
     targets: list = field(default_factory=list)       # targeted nodes in batch order
     work: list = field(default_factory=list)          # targets with something to do
     nodes: dict = field(default_factory=dict)         # target -> NodePlan
-    packages: list = field(default_factory=list)      # the package module's specs, sources resolved
+    packages: list = field(default_factory=list)      # PackageSpec, sources resolved
     images: dict = field(default_factory=dict)        # package -> {reference, archs} of an image index
     waves: dict = field(default_factory=lambda: {"waves": [], "status": "unplanned", "reason": ""})
     node_order: dict = field(default_factory=dict)    # status.nodePriority
@@ -216,6 +263,8 @@ class ResourcePlan:
                 value = value.to_dict()
             elif f.name == "nodes":
                 value = {n: p.to_dict() for n, p in value.items()}
+            elif f.name == "packages":
+                value = [spec.to_dict() for spec in value]
             out[f.name] = value
         out["schema"] = SCHEMA_VERSION
         return out
@@ -241,6 +290,7 @@ class ResourcePlan:
         values["policy"] = parse_policy(data["policy"], "NodeWright %s: policy" % name)
         values["nodes"] = {n: NodePlan.from_dict(p, "%s: node %s" % (where, n))
                            for n, p in (data.get("nodes") or {}).items()}
+        values["packages"] = [PackageSpec.from_dict(p, "%s: package" % where) for p in data.get("packages") or []]
         return cls(**values)
 
 

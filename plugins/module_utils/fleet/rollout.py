@@ -183,17 +183,18 @@ def status_writer(auth):
 
     def write(res, raw_nodes, current, override, message):
         plan = res.plan
-        specs = plan.packages if plan is not None else []
+        packages = plan.packages if plan is not None else []
         pending = res.open_work() - res.state.succeeded
         if res.eligible is not None and pending - res.eligible:
             by_name = {n["metadata"]["name"]: n for n in raw_nodes}
+            specs = [spec.to_dict() for spec in packages]  # the package planner's input
             pending = {t for t in pending if t in res.eligible or t not in by_name
                        or still_to_do(res, by_name[t], specs)}
         if plan is None:  # a play's own policy: nothing of a resource's to add
             plan = ResourcePlan(res.name, res.policy)
         if override is None and plan.held and plan.held_work:
             override, message = "waiting", plan.held
-        return compute_status(res.name, raw_nodes, res.targets, specs, override=override,
+        return compute_status(res.name, raw_nodes, res.targets, packages, override=override,
                               message=message, generation=plan.generation, current=current,
                               pending=pending, uninstalling=set(plan.uninstalling) & pending,
                               refused=plan.refused, conversion_warnings=plan.recorded_conversion_warnings,

@@ -254,7 +254,7 @@ def compute_status(resource, nodes, targets, packages, override=None, message=No
         "nodesInProgress": counts.get(markers.STATUS_IN_PROGRESS, 0) + counts.get(markers.STATUS_BLOCKED, 0),
         "nodesErroring": counts.get(markers.STATUS_ERRORING, 0),
         "completeNodes": "%d/%d" % (complete, len(targets)),
-        "packageList": ",".join("%s:%s" % (p["name"], p["version"]) for p in packages),
+        "packageList": ",".join("%s:%s" % (p.name, p.version) for p in packages),
         "conditions": conditions,
         "nodePriority": sticky_order(current, node_status, ts),
     }

@@ -156,13 +156,13 @@ def package_config(resolved, files, skip=None):
     return config
 
 
-def reapplies_every_boot(spec):
-    """Whether an nvidia-tuning package spec (with its ``resolved.*`` config) is for an
-    OS that forgets its settings at every boot (COS): the reconciler applies it again
-    when the node's boot ID changes."""
-    if (spec or {}).get("name") != PACKAGE_NAME:
+def reapplies_every_boot(name, config):
+    """Whether package ``name`` with ``config`` (its spec's, with the ``resolved.*`` keys)
+    is an nvidia-tuning package for an OS that forgets its settings at every boot (COS):
+    the reconciler applies it again when the node's boot ID changes."""
+    if name != PACKAGE_NAME:
         return False
-    profile = ((spec.get("config") or {}).get(KEY_PROFILE)) or ""
+    profile = ((config or {}).get(KEY_PROFILE)) or ""
     return any(line.split("\t")[:2] == ["reapply", "every-boot"] for line in str(profile).splitlines())
 
 

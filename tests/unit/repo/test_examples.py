@@ -46,8 +46,8 @@ def kernel_parameters(described, node):
     """The sysctl values a resource's packages write on a node."""
     values = {}
     for spec in described.packages:
-        if spec["name"] == "sysctl":
-            values.update({k: str(v) for k, v in (spec.get("config") or {}).items()})
+        if spec.name == "sysctl":
+            values.update({k: str(v) for k, v in spec.config.items()})
     for setting in (described.nodes[node].resolved.get("nvidia_tuning") or {}).get("settings", []):
         if setting["id"].startswith("sysctl:"):
             values[setting["id"][len("sysctl:"):]] = str(setting["value"])

@@ -90,7 +90,7 @@ def test_uninstall_apply_plans_the_uninstall_everywhere():
                                 "uninstall": {"enabled": True, "apply": True}}}
     nodes = [node("n1", annotations={markers.state_annotation("tuning"): complete_state()}), node("n2")]
     described = describe(nodewright(packages=packages), nodes)
-    assert described.packages[0]["state"] == "absent"
+    assert described.packages[0].state == "absent"
     assert described.nodes["n1"].actions == {"shellscript": "uninstall"}
     assert described.nodes["n2"].actions == {"shellscript": "none"}
     assert described.work == ["n1"] and described.uninstalling == ["n1"]
@@ -102,7 +102,7 @@ def test_the_driver_gets_stage_timeouts_drain_options_and_the_parity_settings():
     resource = nodewright(packages=packages, stageTimeout="1h", sequencing="all", reapplyOnReboot=True,
                           drainConfig={"timeout": "20m", "gracePeriod": "30s", "force": True})
     described = describe(resource, [node("n1")])
-    timeouts = {p["name"]: p.get("stage_timeout") for p in described.packages}
+    timeouts = {p.name: p.stage_timeout for p in described.packages}
     assert timeouts == {"shellscript": 600, "sysctl": 3600}
     assert described.stage_timeout == 3600
     assert described.drain == {"timeout": 1200, "grace_period": 30, "force": True}
@@ -174,7 +174,7 @@ def test_the_status_records_node_priority_ready_and_non_interrupt_pods():
 
 def test_has_work_judges_a_node_from_its_markers_as_they_are_now():
     # What a job slice asks of a node another slice rolls out: new, finished, mid-sequence.
-    specs = describe(nodewright(), [node("n1")]).packages
+    specs = [spec.to_dict() for spec in describe(nodewright(), [node("n1")]).packages]  # the planner's input
     done = {markers.status_label("tuning"): markers.STATUS_COMPLETE}
     fresh = node("n1")
     finished = node("n1", labels=done, annotations={markers.state_annotation("tuning"): complete_state()})

@@ -17,6 +17,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import desi
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import (
     SCHEMA_VERSION,
     NodePlan,
+    PackageSpec,
     PlanError,
     ResourcePlan,
     RunPlan,
@@ -85,7 +86,7 @@ def test_a_plan_of_another_schema_version_is_refused(where, version):
     assert "plan again with this collection" in err.value.hint
 
 
-@pytest.mark.parametrize("path", [("node_views",), ("nodes", "n1", "speed"), ("policy_spec",)])
+@pytest.mark.parametrize("path", [("node_views",), ("nodes", "n1", "speed"), ("policy_spec",), ("packages", 0, "image")])
 def test_a_key_this_schema_does_not_know_is_refused_naming_it(path):
     data = _plan().to_dict()
     target = data["rollouts"][0]
@@ -128,3 +129,24 @@ def test_a_node_plan_keeps_what_a_resolver_set_under_its_own_key():
     assert plan.to_dict()["nvidia_tuning"] == {"profile": "h100"}
     with pytest.raises(PlanError, match="expected a mapping"):
         NodePlan.from_dict(["n1"])
+
+
+def test_a_package_spec_is_typed_and_serializes_as_the_package_modules_spec():
+    plan = _plan()
+    (spec,) = plan.resource("tuning").packages
+    assert isinstance(spec, PackageSpec) and spec.name == "shellscript" and spec.src.endswith("shellscript")
+    data = spec.to_dict()
+    # What is not set is left out, as the package module's options are.
+    assert {"name", "src", "version", "config"} <= set(data) and "state" not in data and "env_from" not in data
+    assert PackageSpec.from_dict(json.loads(json.dumps(data))) == spec
+    uninstall = PackageSpec("sysctl", src="/p/sysctl", version="1.0.0", state="absent", refuse_downgrade=True)
+    assert uninstall.to_dict() == {"name": "sysctl", "src": "/p/sysctl", "version": "1.0.0", "config": {},
+                                   "state": "absent", "refuse_downgrade": True}
+
+
+@pytest.mark.parametrize("bad", [None, {}, {"version": "1.0.0"}, "sysctl"])
+def test_a_package_spec_without_a_name_is_refused(bad):
+    data = _plan().to_dict()
+    data["rollouts"][0]["packages"] = [bad]
+    with pytest.raises(PlanError, match="a package spec must be a mapping with a name"):
+        RunPlan.from_dict(data)

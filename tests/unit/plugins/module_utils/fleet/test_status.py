@@ -9,12 +9,13 @@ import json
 
 import pytest
 
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import PackageSpec
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.status import compute_status
 from ansible_collections.nodewright.fleet.plugins.module_utils.k8s import markers
 
 pytestmark = pytest.mark.unit
 
-PACKAGES = [{"name": "sysctl", "version": "1.0.0"}]
+PACKAGES = [PackageSpec("sysctl", version="1.0.0")]
 
 
 def node(name, status=None, state=None):

@@ -65,8 +65,8 @@ def test_a_tuning_package_is_resolved_whatever_the_resource_calls_it(given_name)
     resource["spec"]["packages"][given_name] = package
     nodes = gb200_nodes()
     described = desired_state.describe(resource, nodes, policies, [PACKAGES])
-    spec = next(s for s in described.packages if s["name"] == given_name)
-    assert any(k.startswith("resolved.") for k in spec["config"]), sorted(spec["config"])
+    spec = next(s for s in described.packages if s.name == given_name)
+    assert any(k.startswith("resolved.") for k in spec.config), sorted(spec.config)
     for node in ("gb200-0000", "gb200-0001"):
         summary = described.nodes[node].resolved["nvidia_tuning"]
         assert summary["settings"], summary
@@ -125,7 +125,7 @@ def test_host_settings_turn_config_into_settings_conflicts_compare(tmp_path):
     package = model.load_package(root)
     assert package.settings_from_config({"vm.swappiness": "1", "pages": "64"}) == {
         "sysctl:vm.swappiness": "1", "sysctl:pages": "64", "cmdline:hugepages": "64"}
-    assert conflicts.spec_settings({"config": {"pages": " 64 "}}, package)["cmdline:hugepages"] == "64"
+    assert conflicts.spec_settings({"pages": " 64 "}, package)["cmdline:hugepages"] == "64"
     assert package.to_dict()["hostSettings"] == {"cmdline": {"hugepages": "pages"}, "sysctl": "*"}
     # Without hostSettings a package's config writes no setting conflicts know of.
     plain = model.load_package(write_manifest(str(tmp_path / "plain"), BASE))

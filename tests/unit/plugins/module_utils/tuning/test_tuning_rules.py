@@ -231,10 +231,10 @@ def test_cos_follows_gkes_node_system_config_and_reapplies_every_boot():
     spec, _ = package_spec_for_nodes({"name": PACKAGE_NAME, "config": {"intent": "multiNodeTraining"}}, [{
         "name": "cos-0", "os_image": "Container-Optimized OS from Google",
         "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "cloud.google.com/gke-nodepool": "gpu"}}])
-    assert reapplies_every_boot(spec)
+    assert reapplies_every_boot(spec["name"], spec["config"])
     ubuntu, _ = package_spec_for_nodes({"name": PACKAGE_NAME, "config": {"accelerator": "h100", "os": "ubuntu-24.04"}},
                                        [])
-    assert not reapplies_every_boot(ubuntu) and not reapplies_every_boot({"name": "sysctl", "config": {}})
+    assert not reapplies_every_boot(ubuntu["name"], ubuntu["config"]) and not reapplies_every_boot("sysctl", {})
 
 
 def test_node_facts_carry_the_memory_and_the_gpu_operators_label():
@@ -257,7 +257,7 @@ def test_the_reconciler_finds_the_nodes_that_booted_again_since_their_settings_w
     import dataclasses
 
     from nodewright_cli.reconcile_work import rebooted_since_applied
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import ResourcePlan
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import PackageSpec, ResourcePlan
 
     spec, _ = package_spec_for_nodes({"name": PACKAGE_NAME, "config": {"accelerator": "h100", "os": "cos"}}, [])
 
@@ -268,9 +268,9 @@ def test_the_reconciler_finds_the_nodes_that_booted_again_since_their_settings_w
 
     nodes = [node("a", "b1"), node("b", "b2"), node("c", "b9", status="in_progress"), node("d", "b4")]
     resource = {"metadata": {"name": "cos"}, "status": {"nodeBootIds": {"a": "b1", "b": "b1", "c": "b1"}}}
-    described = ResourcePlan("cos", None, targets=["a", "b", "c", "d"], packages=[spec])
+    described = ResourcePlan("cos", None, targets=["a", "b", "c", "d"], packages=[PackageSpec.from_dict(spec)])
     assert rebooted_since_applied({"rollouts": [(resource, described)]}, nodes) == {"b": ["cos"]}
-    ubuntu = dataclasses.replace(described, packages=[{"name": "sysctl", "config": {}}])
+    ubuntu = dataclasses.replace(described, packages=[PackageSpec("sysctl")])
     assert rebooted_since_applied({"rollouts": [(resource, ubuntu)]}, nodes) == {}
     paused = dataclasses.replace(described, paused=True)
     assert rebooted_since_applied({"rollouts": [(resource, paused)]}, nodes) == {}
