@@ -42,7 +42,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission i
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import (
     INTERRUPTED,
-    plan_run,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import HALTED, WAITING, parse_policy
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.resources import (
@@ -66,6 +65,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state i
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_builder import (
     admission_fleet,
     build_driver,
+    plan_run,
     resources_from_desired,
     single_policy_run,
 )

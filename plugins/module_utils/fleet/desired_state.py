@@ -516,6 +516,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
     from ansible_collections.nodewright.fleet.plugins.module_utils.common.errors import NodeWrightError
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import conflicts as conflicts_mod
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import driver as driver_mod
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet import run_builder
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_state import resume_state
 
     cache = {}
@@ -567,7 +568,7 @@ def describe_all(resources, nodes, policies, package_dirs, only=None, holders=No
                 entry.unavailable[node] = unavailable[node] + (
                     "; left in progress by this resource: resumed first" if resumed else
                     "; counted against the limits, not admitted until healthy")
-    run, status, reason = driver_mod.plan_run(runnable, view, pods=pods)
+    run, status, reason = run_builder.plan_run(runnable, view, pods=pods)
     per = {res.name: res for res in run.resources}
     for entry in rollouts:
         res = per.get(entry.name)

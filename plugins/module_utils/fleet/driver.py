@@ -753,15 +753,6 @@ def read_view(api, record=None):
     return FleetView(list_node_infos(api), holders, now, expired)
 
 
-def plan_run(resources, view, holder_id="", pods=None):
-    """``(driver, status, reason)`` of a dry run over ``view`` (``pods``: see SimulatedFleet)."""
-    driver = RolloutDriver(resources, SimulatedFleet(view, pods), holder_id=holder_id, wait_for_window=False)
-    for res in driver.resources:
-        res.state.pending = None
-    status, reason = driver.simulate()
-    return driver, status, reason
-
-
 def waves_of(driver):
     """The run's waves as plain data: ``[{number, nodes: {node: resource}, resources: {name: Wave dict}}]``."""
     return [{"number": w.number, "nodes": dict(w.assignment),
@@ -769,5 +760,5 @@ def waves_of(driver):
 
 
 __all__ = ["RolloutDriver", "ResourceRollout", "WaveRun", "Hooks", "ClusterFleet", "SimulatedFleet",
-           "StaticFleet", "plan_run", "read_view", "simulated_view", "waves_of", "INTERRUPTED", "STOPPED",
+           "StaticFleet", "read_view", "simulated_view", "waves_of", "INTERRUPTED", "STOPPED",
            "COMPLETE", "HALTED", "INCOMPLETE", "WAITING", "WAVE"]

@@ -13,6 +13,8 @@ their output.
 - ``admission_fleet``: the cluster the driver admits into (reservations in the admission
   Lease) or, without admission, the nodes as given.
 - ``build_driver``: the driver over them, tied to the front-end's hooks.
+- ``plan_run``: the same driver's dry run, for ``desired_state`` (plan.yml, the plan
+  of ``rollout.yml`` and the reconciler's pass) and ``nodewright rollout --dry-run``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver impo
     ClusterFleet,
     ResourceRollout,
     RolloutDriver,
+    SimulatedFleet,
     StaticFleet,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.plan import RunPlan
@@ -115,3 +118,13 @@ def resources_from_desired(desired, hosts, settings, play, driver, check_mode=Fa
         records[name] = record
         keepers[name] = keeper
     return rollouts, records, keepers
+
+
+def plan_run(resources, view, holder_id="", pods=None):
+    """``(driver, status, reason)`` of a dry run over ``view`` (``pods``: see SimulatedFleet):
+    the waves the run would make if every node succeeded; nothing is written."""
+    driver = RolloutDriver(resources, SimulatedFleet(view, pods), holder_id=holder_id, wait_for_window=False)
+    for res in driver.resources:
+        res.state.pending = None
+    status, reason = driver.simulate()
+    return driver, status, reason

@@ -2,7 +2,7 @@
 # Copyright: NodeWright maintainers
 # Apache License 2.0 (see LICENSE)
 """Test fleets and policies for the engine's table tests, and the engine's waves over a
-fleet where every node succeeds (the product's own dry run is ``driver.plan_run``)."""
+fleet where every node succeeds (the product's own dry run is ``run_builder.plan_run``)."""
 
 from __future__ import annotations
 

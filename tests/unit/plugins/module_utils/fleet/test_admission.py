@@ -289,7 +289,8 @@ def test_unavailable_targets_hold_capacity_and_are_not_admitted(nodes, spec, wav
 
 
 def test_the_plan_makes_the_same_waves_and_says_why():
-    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import ResourceRollout, plan_run
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import ResourceRollout
+    from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_builder import plan_run
     from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
     nodes = [_node("n00", 0), _node("n01", 1, ready="False"), _node("n02", 2), _node("n03", 3)]
     names = [n.name for n in nodes]

@@ -23,9 +23,9 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver impo
     ResourceRollout,
     RolloutDriver,
     StaticFleet,
-    plan_run,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import WAITING, WAVE, parse_policy
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_builder import plan_run
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.waves import (
     RolloutState,
     next_wave,

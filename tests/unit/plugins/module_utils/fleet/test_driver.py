@@ -11,6 +11,7 @@ import datetime
 import pytest
 
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.admission import FleetView, Holder, NodeInfo
+from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.run_builder import plan_run
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver import (
     COMPLETE,
     HALTED,
@@ -20,7 +21,6 @@ from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.driver impo
     ResourceRollout,
     RolloutDriver,
     SimulatedFleet,
-    plan_run,
 )
 from ansible_collections.nodewright.fleet.plugins.module_utils.fleet.policy import parse_policy
 
