@@ -41,11 +41,13 @@ demo: setup
 	bin/nodewright-demo
 
 # The suite runs as two pytest processes side by side, each with a simulator of its own:
-# SIDE_TESTS (upstream's conformance scenarios and the fleet-wide chaos and tuning walks,
-# mostly waiting on packages' sleeps and reboots) beside everything else. Its output is
+# SIDE_TESTS (upstream's conformance scenarios, the fleet-wide chaos and tuning walks and
+# the operating journeys, mostly waiting on packages' sleeps, reboots and the reconciler)
+# beside everything else. Its output is
 # shown whole after the main run's; either failing fails the target. With
 # NODEWRIGHT_SIM_REUSE (one shared simulator) it is one process.
-SIDE_TESTS := tests/conformance tests/integration/test_chaos.py tests/integration/test_nvidia_tuning_sim.py
+SIDE_TESTS := tests/conformance tests/integration/test_chaos.py tests/integration/test_nvidia_tuning_sim.py \
+	tests/integration/test_operating.py
 test: setup
 	@if [ -n "$$NODEWRIGHT_SIM_REUSE" ]; then exec $(BIN)/pytest tests; fi; \
 	side_log=$$(mktemp); \

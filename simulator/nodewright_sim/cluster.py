@@ -36,6 +36,15 @@ class SimulatorError(RuntimeError):
     """A simulator operation failed; the message says what to do."""
 
 
+class PortTaken(SimulatorError):
+    """A process could not listen on the port picked for it: another program took that
+    port between the pick and the bind (simulators starting side by side)."""
+
+
+# Start-ups that lose a port picked for them to another program are tried again with new ports.
+START_ATTEMPTS = 3
+
+
 # kwok renews a node's Lease every quarter of its duration; the node lifecycle
 # controller marks a node Unknown when no renewal came for its grace period.
 LEASE_RENEWALS_PER_SECOND = 50
@@ -211,15 +220,28 @@ class Cluster(object):
                  "started": time.time(), "kubelet_access": kubelet_access, "fleet_size": int(fleet_size or 0),
                  "node_lease_seconds": lease_seconds,
                  "node_grace_seconds": grace if node_grace_seconds is None else node_grace_seconds}
-        try:
-            self._start(state, apiserver_port, wait_timeout, state["node_grace_seconds"], eviction_seconds)
-        except BaseException as exc:
-            logs = self._log_tails(state)
-            self._stop_pids(state)
-            self._remove_dir()
-            if isinstance(exc, SimulatorError):
-                raise SimulatorError("%s%s" % (exc, logs))
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start(state, apiserver_port, wait_timeout, state["node_grace_seconds"], eviction_seconds)
+                return state
+            except PortTaken:
+                self._stop_pids(state)
+                if attempt == START_ATTEMPTS:
+                    logs = self._log_tails(state)
+                    self._remove_dir()
+                    raise SimulatorError("the ports picked for the simulator were taken by other programs %d times "
+                                         "in a row%s" % (START_ATTEMPTS, logs))
+                # Afresh: new ports, an empty etcd, new logs.
+                self._remove_dir()
+                os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
+                state["pids"] = {}
+            except BaseException as exc:
+                logs = self._log_tails(state)
+                self._stop_pids(state)
+                self._remove_dir()
+                if isinstance(exc, SimulatorError):
+                    raise SimulatorError("%s%s" % (exc, logs))
+                raise
         return state
 
     def _spawn(self, state, name, args):
@@ -380,6 +402,8 @@ class Cluster(object):
         while time.time() < deadline:
             pid = state["pids"].get(name)
             if pid and not pid_alive(pid):
+                if self._lost_port(name):
+                    raise PortTaken("%s could not listen on its port: another program took it" % name)
                 raise SimulatorError("%s exited during start-up" % name)
             try:
                 with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
@@ -389,6 +413,14 @@ class Cluster(object):
                 last = exc
             time.sleep(0.2)
         raise SimulatorError("%s was not healthy at %s before the deadline (%s)" % (name, url, last))
+
+    def _lost_port(self, name):
+        """Whether process ``name`` ended because its port was taken (its log says so)."""
+        try:
+            with open(os.path.join(self.dir, "logs", name + ".log"), errors="replace") as fh:
+                return "address already in use" in fh.read()[-20000:]
+        except OSError:
+            return False
 
     def _log_tails(self, state, lines=15):
         out = []

@@ -209,6 +209,35 @@ def test_port_taken_is_refused_cleanly(sim):
     assert not os.path.exists(other.dir)
 
 
+def test_a_port_taken_between_its_pick_and_its_bind_starts_over_with_new_ports(monkeypatch):
+    """Simulators starting side by side (the ansible-core matrix, the suite's two processes)
+    can pick the same free port: the one that loses it starts again with new ports."""
+    import socket
+
+    from nodewright_sim import cluster as cluster_mod
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    picks = []
+    real = cluster_mod.free_port
+
+    def pick():
+        picks.append(taken if len(picks) == 4 else real())  # the scheduler's, first time round
+        return picks[-1]
+    monkeypatch.setattr(cluster_mod, "free_port", pick)
+    other = Cluster("pytest-race-%d" % os.getpid())
+    try:
+        state = other.up()
+        assert len(picks) == 12, picks  # two rounds of six ports
+        assert state["ports"]["scheduler"] != taken and other.running()
+        create_fleet(other, "bare", nodes=1)
+    finally:
+        holder.close()
+        other.down()
+    assert not _processes_of(other.dir) and not os.path.exists(other.dir)
+
+
 def test_missing_binary_is_refused_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("NODEWRIGHT_SIM_BIN", str(tmp_path))
     other = Cluster("pytest-nobin-%d" % os.getpid())
