@@ -389,7 +389,7 @@ def test_a_nodewright_resource_is_planned_from_its_image(registry, skyhook_image
     nodes = [{"metadata": {"name": "n1", "labels": {}, "creationTimestamp": "2026-01-01T00:00:00Z"}}]
     described = desired_state.describe(resource, nodes, {}, [])
     (spec,) = described.packages
-    assert spec["src"] == str(tmp_path / "cache" / ("sha256-" + skyhook_image.split(":")[1]) / "package")
+    assert spec.src == str(tmp_path / "cache" / ("sha256-" + skyhook_image.split(":")[1]) / "package")
     assert described.nodes["n1"].actions == {"shellscript": "apply"}
 
 
@@ -439,7 +439,7 @@ def test_a_fleet_of_one_architecture_needs_no_variant_of_the_controllers(registr
     described = desired_state.describe(image_resource(registry, digest, "nodewright/oci-arm-only"),
                                        [node_object("g1", "arm64"), node_object("g2", "arm64")], {}, [])
     (spec,) = described.packages
-    assert "arm64-build" in open(os.path.join(spec["src"], "steps", "apply.sh")).read()
+    assert "arm64-build" in open(os.path.join(spec.src, "steps", "apply.sh")).read()
     assert described.images["oci-demo"]["archs"] == ["arm64"]
     # A target whose architecture the index lacks is refused before any node is touched.
     with pytest.raises(ValidationError) as caught:
