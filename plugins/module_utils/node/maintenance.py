@@ -64,15 +64,13 @@ def settings(value, field="maintenance_request"):
 def served(api):
     """Refuse a cluster that does not serve the maintenance-operator's NodeMaintenance
     (API discovery, which every authenticated client may read), before any node is asked for."""
-    path = "/apis/%s/%s" % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION)
+    group_version = "%s/%s" % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION)
     try:
-        found = get_json(api, path, "discover %s/%s" % (markers.NODE_MAINTENANCE_GROUP,
-                                                        markers.NODE_MAINTENANCE_VERSION))
+        found = get_json(api, "/apis/" + group_version, "discover " + group_version)
     except ClusterError as exc:
         raise _not_installed(exc)
     if not any(r.get("name") == markers.NODE_MAINTENANCE_PLURAL for r in (found or {}).get("resources") or []):
-        raise _not_installed(ClusterError("no %s in %s" % (markers.NODE_MAINTENANCE_PLURAL, path),
-                                          status=404))
+        raise _not_served()
 
 
 def object_name(node):
@@ -137,13 +135,16 @@ def _read(api, namespace, name):
         raise
 
 
+def _not_served():
+    return NodeWrightError("the maintenance-operator's NodeMaintenance (%s/%s) is not served by this cluster"
+                           % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION),
+                           hint="install NVIDIA's maintenance-operator, or leave maintenance requests off so "
+                                "that NodeWright cordons and drains the node itself")
+
+
 def _not_installed(exc):
-    if (exc.details or {}).get("status") == 404:
-        return NodeWrightError("the maintenance-operator's NodeMaintenance (%s/%s) is not served by this cluster"
-                               % (markers.NODE_MAINTENANCE_GROUP, markers.NODE_MAINTENANCE_VERSION),
-                               hint="install NVIDIA's maintenance-operator, or leave maintenance requests off so "
-                                    "that NodeWright cordons and drains the node itself")
-    return exc
+    """A 404 of the NodeMaintenance API in words; any other error as it is."""
+    return _not_served() if (exc.details or {}).get("status") == 404 else exc
 
 
 def request(api, node, namespace=DEFAULT_NAMESPACE, drain=None, wait_for_pods=None, cordon=True, check_mode=False):
